@@ -1,0 +1,349 @@
+package fsm
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// allocNamespace derives allocation IDs from log indexes, so every replica
+// names an allocation the same.
+var allocNamespace = uuid.MustParse("6f0d6f9e-3c3a-4d0e-9b7e-8a1d4c2f5e10")
+
+// Limits on a request.
+const (
+	MaxClaims     = 16
+	MaxClaimCount = 256
+	MaxDuration   = 366 * 24 * time.Hour
+)
+
+func validateRequest(r *Request) *Error {
+	if len(r.Claims) == 0 {
+		return errf(ErrInvalid, "request has no claims")
+	}
+	if len(r.Claims) > MaxClaims {
+		return errf(ErrInvalid, "request has %d claims, more than %d", len(r.Claims), MaxClaims)
+	}
+	if r.Priority < 0 || r.Priority > MaxPriority {
+		return errf(ErrInvalid, "priority %d out of 0..%d", r.Priority, MaxPriority)
+	}
+	if r.Timeout < 0 || r.Timeout > MaxDuration {
+		return errf(ErrInvalid, "timeout %v out of 0..%v", r.Timeout, MaxDuration)
+	}
+	if r.LeaseTTL < 0 || r.LeaseTTL > MaxDuration {
+		return errf(ErrInvalid, "lease ttl %v out of 0..%v", r.LeaseTTL, MaxDuration)
+	}
+	for i, c := range r.Claims {
+		switch {
+		case !c.Type.Valid():
+			return errf(ErrInvalid, "claim %d: unknown device type %q", i, c.Type)
+		case c.Count < 1 || c.Count > MaxClaimCount:
+			return errf(ErrInvalid, "claim %d: count %d out of 1..%d", i, c.Count, MaxClaimCount)
+		case !c.Capabilities.Resources.valid():
+			return errf(ErrInvalid, "claim %d: a capability is negative, infinite or NaN", i)
+		case !c.Amount.valid():
+			return errf(ErrInvalid, "claim %d: an amount is negative, infinite or NaN", i)
+		}
+	}
+	return nil
+}
+
+func copyRequest(r Request) Request {
+	r.Claims = append([]Claim(nil), r.Claims...)
+	return r
+}
+
+func (s *State) allocate(idx uint64, c *Allocate) Result {
+	if err := validateRequest(&c.Request); err != nil {
+		return Result{Err: err}
+	}
+	id := c.AllocationID
+	if id == "" {
+		id = uuid.NewSHA1(allocNamespace, []byte(strconv.FormatUint(idx, 10))).String()
+	} else if u, err := uuid.Parse(id); err != nil || u.String() != id {
+		return Result{Err: errf(ErrInvalid, "allocation id %q is not a canonical UUID", id)}
+	}
+	if s.lookup(id) != nil {
+		return Result{Err: errf(ErrConflict, "allocation %s exists", id)}
+	}
+	s.seq++
+	a := &Allocation{
+		ID: id, RequestID: c.RequestID, Request: copyRequest(c.Request), Status: Pending,
+		Seq: s.seq, CreateIndex: idx, ModifyIndex: idx, RequestedAt: s.now,
+	}
+	pc := s.requestPolicy(&a.Request)
+	a.Policy = pc.Policy
+	s.shapes.add(&a.Request)
+
+	if p := s.place(&a.Request, pc, nil); p != nil {
+		s.allocs[a.ID] = a
+		s.activate(a, p)
+		return Result{Allocation: a.clone()}
+	}
+	if pc.Policy == PriorityBased {
+		if victims, p := s.preempt(a, pc); p != nil {
+			s.allocs[a.ID] = a
+			for _, v := range victims {
+				v.PreemptedBy = a.ID
+				s.endAllocation(v, Preempted, "preempted by "+a.ID)
+				a.Preempted = append(a.Preempted, v.ID)
+			}
+			s.activate(a, p)
+			return Result{Allocation: a.clone()}
+		}
+	}
+	why := s.explain(&a.Request)
+	a.WhyNot = why
+	if a.Request.Timeout == 0 {
+		a.Status = Failed
+		a.EndedAt = s.now
+		a.Reason = "no capacity"
+		s.history.add(a)
+		return Result{Allocation: a.clone(), Err: &Error{Code: ErrNoCapacity.Code, Message: why.Summary, WhyNot: why}}
+	}
+	a.Deadline = s.now + int64(a.Request.Timeout)
+	s.allocs[a.ID] = a
+	s.queue.ReplaceOrInsert(queueKeyOf(a))
+	s.timers.ReplaceOrInsert(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
+	return Result{Allocation: a.clone()}
+}
+
+// activate gives a pending allocation the devices of a placement.
+func (s *State) activate(a *Allocation, p *placement) {
+	if a.Status == Pending && a.Deadline != 0 {
+		s.queue.Delete(queueKeyOf(a))
+		s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
+	}
+	a.Host = p.host
+	a.Devices = p.assign
+	for _, as := range p.assign {
+		d := s.devices[as.DeviceID]
+		s.unindex(d)
+		d.Used = d.Used.vec().add(as.Amount.vec()).resources()
+		d.Allocations = insertSorted(d.Allocations, a.ID)
+		s.reindex(d)
+	}
+	a.Status = Active
+	a.AllocatedAt = s.now
+	a.ModifyIndex = s.last
+	a.WhyNot = nil
+	a.Policy = s.requestPolicy(&a.Request).Policy
+	if a.Request.LeaseTTL > 0 {
+		a.LeaseExpiresAt = s.now + int64(a.Request.LeaseTTL)
+		s.timers.ReplaceOrInsert(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
+	}
+	if a.Policy == RoundRobin {
+		for _, as := range p.assign {
+			if as.Claim == 0 {
+				s.cursors[a.Request.Claims[0].Type] = as.DeviceID
+			}
+		}
+	}
+}
+
+// endAllocation moves a live allocation to a final status and frees what
+// it held. It does not re-examine the queue; callers do.
+func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) {
+	switch a.Status {
+	case Active:
+		for _, as := range a.Devices {
+			d := s.devices[as.DeviceID]
+			s.unindex(d)
+			d.Allocations = removeSorted(d.Allocations, a.ID)
+			if len(d.Allocations) == 0 {
+				d.Used = Resources{}
+			} else {
+				d.Used = d.Used.vec().sub(as.Amount.vec()).resources()
+			}
+			s.reindex(d)
+		}
+		if a.LeaseExpiresAt != 0 {
+			s.timers.Delete(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
+		}
+	case Pending:
+		s.queue.Delete(queueKeyOf(a))
+		if a.Deadline != 0 {
+			s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
+		}
+	}
+	a.Status = status
+	a.Reason = reason
+	a.EndedAt = s.now
+	a.ModifyIndex = s.last
+	delete(s.allocs, a.ID)
+	s.history.add(a)
+}
+
+// notLive explains why a command cannot act on an allocation that is not live.
+func (s *State) notLive(id string) *Error {
+	if a := s.history.get(id); a != nil {
+		return errf(ErrNotActive, "allocation %s is %s", id, a.Status)
+	}
+	return errf(ErrNotFound, "allocation %s", id)
+}
+
+func (s *State) release(c *Release) Result {
+	a := s.allocs[c.AllocationID]
+	if a == nil {
+		return Result{Err: s.notLive(c.AllocationID)}
+	}
+	if a.Status != Active {
+		return Result{Err: errf(ErrNotActive, "allocation %s is pending: cancel it instead", a.ID)}
+	}
+	s.endAllocation(a, Released, "released")
+	s.kickQueue()
+	return Result{Allocation: a.clone()}
+}
+
+func (s *State) renew(c *Renew) Result {
+	a := s.allocs[c.AllocationID]
+	if a == nil {
+		return Result{Err: s.notLive(c.AllocationID)}
+	}
+	if a.Status != Active {
+		return Result{Err: errf(ErrNotActive, "allocation %s is pending", a.ID)}
+	}
+	ttl := c.TTL
+	if ttl == 0 {
+		ttl = a.Request.LeaseTTL
+	}
+	if ttl <= 0 || ttl > MaxDuration {
+		return Result{Err: errf(ErrInvalid, "lease ttl %v out of (0, %v]", ttl, MaxDuration)}
+	}
+	if a.LeaseExpiresAt != 0 {
+		s.timers.Delete(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
+	}
+	a.LeaseExpiresAt = s.now + int64(ttl)
+	a.ModifyIndex = s.last
+	s.timers.ReplaceOrInsert(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
+	return Result{Allocation: a.clone()}
+}
+
+func (s *State) cancel(c *Cancel) Result {
+	a := s.allocs[c.AllocationID]
+	if a == nil {
+		return Result{Err: s.notLive(c.AllocationID)}
+	}
+	if a.Status != Pending {
+		return Result{Err: errf(ErrConflict, "allocation %s is active: release it instead", a.ID)}
+	}
+	s.endAllocation(a, Cancelled, "cancelled")
+	return Result{Allocation: a.clone()}
+}
+
+// kickQueue re-examines pending requests, highest priority first and FIFO
+// within a priority, and places every one that fits now.
+func (s *State) kickQueue() {
+	if s.queue.Len() == 0 {
+		return
+	}
+	keys := make([]queueKey, 0, s.queue.Len())
+	s.queue.Ascend(func(k queueKey) bool {
+		keys = append(keys, k)
+		return true
+	})
+	for _, k := range keys {
+		a := s.allocs[k.id]
+		if p := s.place(&a.Request, s.requestPolicy(&a.Request), nil); p != nil {
+			s.activate(a, p)
+		}
+	}
+}
+
+// tick ends what is due: pending requests past their deadline time out,
+// leases past their expiry expire. Freed capacity goes to the queue.
+func (s *State) tick() {
+	freed := false
+	for {
+		k, ok := s.timers.Min()
+		if !ok || k.at > s.now {
+			break
+		}
+		s.timers.DeleteMin()
+		a := s.allocs[k.id]
+		if a == nil {
+			continue
+		}
+		switch {
+		case k.kind == deadlineTimer && a.Status == Pending:
+			s.endAllocation(a, TimedOut, "no capacity before the deadline")
+		case k.kind == leaseTimer && a.Status == Active:
+			s.endAllocation(a, Expired, "lease expired")
+			freed = true
+		}
+	}
+	if freed {
+		s.kickQueue()
+	}
+}
+
+// NextDeadline is the earliest time a tick would change something.
+func (s *State) NextDeadline() (time.Time, bool) {
+	k, ok := s.timers.Min()
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(0, k.at), true
+}
+
+// queueKey orders the queue: priority high to low, then arrival.
+type queueKey struct {
+	prio int
+	seq  uint64
+	id   string
+}
+
+func queueKeyOf(a *Allocation) queueKey {
+	return queueKey{prio: a.Request.Priority, seq: a.Seq, id: a.ID}
+}
+
+func queueKeyLess(a, b queueKey) bool {
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	if a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return a.id < b.id
+}
+
+const (
+	deadlineTimer uint8 = iota
+	leaseTimer
+)
+
+type timerKey struct {
+	at   int64
+	kind uint8
+	id   string
+}
+
+func timerKeyLess(a, b timerKey) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	return a.id < b.id
+}
+
+// Queue returns the pending allocations in the order they are served.
+func (s *State) Queue() []*Allocation {
+	out := make([]*Allocation, 0, s.queue.Len())
+	s.queue.Ascend(func(k queueKey) bool {
+		out = append(out, s.allocs[k.id].clone())
+		return true
+	})
+	return out
+}
+
+// Live returns the pending and active allocations, sorted by ID.
+func (s *State) Live() []*Allocation {
+	out := make([]*Allocation, 0, len(s.allocs))
+	for _, id := range sortedKeys(s.allocs) {
+		out = append(out, s.allocs[id].clone())
+	}
+	return out
+}

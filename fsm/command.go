@@ -1,0 +1,199 @@
+package fsm
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// CommandType is the type byte that starts every encoded command.
+type CommandType uint8
+
+// Command types. The numbers are part of the log format: never reuse one.
+const (
+	RegisterHostType    CommandType = 1
+	RemoveHostType      CommandType = 2
+	SetHostStatusType   CommandType = 3
+	SetDeviceStatusType CommandType = 4
+	AllocateType        CommandType = 5
+	ReleaseType         CommandType = 6
+	RenewType           CommandType = 7
+	CancelType          CommandType = 8
+	SetPolicyType       CommandType = 9
+	SetRetentionType    CommandType = 10
+	TickType            CommandType = 11
+)
+
+// Meta is carried by every command: the client's request ID (a retried
+// command with a known ID returns the first result) and the time the
+// leader stamped on it, in Unix nanoseconds.
+type Meta struct {
+	RequestID string `json:"request_id,omitempty"`
+	Time      int64  `json:"time"`
+}
+
+func (m *Meta) meta() *Meta { return m }
+
+// Command is one replicated write.
+type Command interface {
+	Type() CommandType
+	meta() *Meta
+}
+
+// RegisterHost adds a host with its devices, or replaces the inventory of a
+// known host. Devices that disappear or change while allocated lose their
+// allocations.
+type RegisterHost struct {
+	Meta
+	Host    HostSpec     `json:"host"`
+	Devices []DeviceSpec `json:"devices"`
+}
+
+// RemoveHost forgets a host and its devices; its allocations are lost.
+type RemoveHost struct {
+	Meta
+	HostID string `json:"host_id"`
+}
+
+// SetHostStatus marks a host up or down. Down takes its devices offline and
+// its active allocations are lost.
+type SetHostStatus struct {
+	Meta
+	HostID string `json:"host_id"`
+	Up     bool   `json:"up"`
+}
+
+// SetDeviceStatus drains, marks unhealthy, or makes a device available.
+type SetDeviceStatus struct {
+	Meta
+	DeviceID string       `json:"device_id"`
+	Status   DeviceStatus `json:"status"`
+}
+
+// Allocate asks for devices. AllocationID may be given (a UUID); otherwise
+// one is derived from the log index.
+type Allocate struct {
+	Meta
+	AllocationID string  `json:"allocation_id,omitempty"`
+	Request      Request `json:"request"`
+}
+
+// Release gives back an active allocation.
+type Release struct {
+	Meta
+	AllocationID string `json:"allocation_id"`
+}
+
+// Renew extends an active allocation's lease by TTL (or its request's
+// lease TTL when zero), counted from the command's time.
+type Renew struct {
+	Meta
+	AllocationID string        `json:"allocation_id"`
+	TTL          time.Duration `json:"ttl,omitempty"`
+}
+
+// Cancel withdraws a pending request.
+type Cancel struct {
+	Meta
+	AllocationID string `json:"allocation_id"`
+}
+
+// SetPolicy sets the policy of a device type, or of a pool when Pool is set.
+// An empty Policy with a Pool removes the pool's override.
+type SetPolicy struct {
+	Meta
+	DeviceType DeviceType   `json:"type,omitempty"`
+	Pool       string       `json:"pool,omitempty"`
+	Config     PolicyConfig `json:"config"`
+}
+
+// SetRetention bounds the history by count and age.
+type SetRetention struct {
+	Meta
+	Retention Retention `json:"retention"`
+}
+
+// Tick advances time: leases and queue deadlines that are due expire.
+type Tick struct {
+	Meta
+}
+
+func (*RegisterHost) Type() CommandType    { return RegisterHostType }
+func (*RemoveHost) Type() CommandType      { return RemoveHostType }
+func (*SetHostStatus) Type() CommandType   { return SetHostStatusType }
+func (*SetDeviceStatus) Type() CommandType { return SetDeviceStatusType }
+func (*Allocate) Type() CommandType        { return AllocateType }
+func (*Release) Type() CommandType         { return ReleaseType }
+func (*Renew) Type() CommandType           { return RenewType }
+func (*Cancel) Type() CommandType          { return CancelType }
+func (*SetPolicy) Type() CommandType       { return SetPolicyType }
+func (*SetRetention) Type() CommandType    { return SetRetentionType }
+func (*Tick) Type() CommandType            { return TickType }
+
+// newCommand returns an empty command of type t, or nil if t is unknown.
+func newCommand(t CommandType) Command {
+	switch t {
+	case RegisterHostType:
+		return &RegisterHost{}
+	case RemoveHostType:
+		return &RemoveHost{}
+	case SetHostStatusType:
+		return &SetHostStatus{}
+	case SetDeviceStatusType:
+		return &SetDeviceStatus{}
+	case AllocateType:
+		return &Allocate{}
+	case ReleaseType:
+		return &Release{}
+	case RenewType:
+		return &Renew{}
+	case CancelType:
+		return &Cancel{}
+	case SetPolicyType:
+		return &SetPolicy{}
+	case SetRetentionType:
+		return &SetRetention{}
+	case TickType:
+		return &Tick{}
+	}
+	return nil
+}
+
+// Stamp sets the command's time (the leader does this before proposing)
+// and returns the command.
+func Stamp(c Command, t time.Time) Command {
+	c.meta().Time = t.UnixNano()
+	return c
+}
+
+// RequestIDOf returns the command's request ID.
+func RequestIDOf(c Command) string { return c.meta().RequestID }
+
+// SetRequestID sets the command's request ID.
+func SetRequestID(c Command, id string) { c.meta().RequestID = id }
+
+// Encode writes a command as its type byte followed by its JSON payload.
+func Encode(c Command) ([]byte, error) {
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return nil, errf(ErrInvalid, "encode command: %v", err)
+	}
+	out := make([]byte, 0, len(payload)+1)
+	out = append(out, byte(c.Type()))
+	return append(out, payload...), nil
+}
+
+// Decode reads a command written by Encode. An unknown type byte gives
+// ErrUnknownCommand: the node must stop rather than diverge.
+func Decode(b []byte) (Command, error) {
+	if len(b) == 0 {
+		return nil, errf(ErrInvalid, "empty command")
+	}
+	c := newCommand(CommandType(b[0]))
+	if c == nil {
+		return nil, errf(ErrUnknownCommand, "type %d", b[0])
+	}
+	if err := json.Unmarshal(b[1:], c); err != nil {
+		return nil, errf(ErrInvalid, "decode command type %d: %v", b[0], err)
+	}
+	return c, nil
+}

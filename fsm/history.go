@@ -1,0 +1,214 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Retention bounds the history: an ended allocation is dropped when more
+// than MaxCount are kept or when it ended more than MaxAge ago, and not
+// before.
+type Retention struct {
+	MaxCount int           `json:"max_count"`
+	MaxAge   time.Duration `json:"max_age"`
+}
+
+// DefaultRetention keeps a week or 100,000 allocations, whichever is less.
+var DefaultRetention = Retention{MaxCount: 100000, MaxAge: 7 * 24 * time.Hour}
+
+// MaxRetentionCount is the most history entries that may be kept.
+const MaxRetentionCount = 10000000
+
+// history holds ended allocations in the order they ended.
+type history struct {
+	list []*Allocation
+	head int
+	byID map[string]*Allocation
+}
+
+func newHistory() *history { return &history{byID: map[string]*Allocation{}} }
+
+func (h *history) add(a *Allocation) {
+	h.list = append(h.list, a)
+	h.byID[a.ID] = a
+}
+
+func (h *history) get(id string) *Allocation { return h.byID[id] }
+
+func (h *history) len() int { return len(h.list) - h.head }
+
+// each calls f for every entry, oldest first, until f returns false.
+func (h *history) each(f func(*Allocation) bool) {
+	for _, a := range h.list[h.head:] {
+		if !f(a) {
+			return
+		}
+	}
+}
+
+func (h *history) trim(now int64, r Retention) {
+	cutoff := now - int64(r.MaxAge)
+	for h.len() > 0 {
+		a := h.list[h.head]
+		if h.len() <= r.MaxCount && a.EndedAt >= cutoff {
+			break
+		}
+		delete(h.byID, a.ID)
+		h.list[h.head] = nil
+		h.head++
+	}
+	if h.head > 1024 && h.head > len(h.list)/2 {
+		h.list = append([]*Allocation(nil), h.list[h.head:]...)
+		h.head = 0
+	}
+}
+
+// History returns ended allocations, oldest first.
+func (s *State) History() []*Allocation {
+	out := make([]*Allocation, 0, s.history.len())
+	s.history.each(func(a *Allocation) bool {
+		out = append(out, a.clone())
+		return true
+	})
+	return out
+}
+
+// Request IDs are remembered this long and this many, whichever is less.
+const (
+	requestCacheAge   = 24 * time.Hour
+	requestCacheCount = 1 << 18
+)
+
+// cacheEntry is the first result of a request ID.
+type cacheEntry struct {
+	RequestID    string `json:"request_id"`
+	Index        uint64 `json:"index"`
+	Time         int64  `json:"time"`
+	AllocationID string `json:"allocation_id,omitempty"`
+	Err          *Error `json:"error,omitempty"`
+}
+
+type requestCache struct {
+	list []cacheEntry
+	head int
+	byID map[string]int // position in list
+}
+
+func newRequestCache() *requestCache { return &requestCache{byID: map[string]int{}} }
+
+func (c *requestCache) get(id string) (cacheEntry, bool) {
+	i, ok := c.byID[id]
+	if !ok {
+		return cacheEntry{}, false
+	}
+	return c.list[i], true
+}
+
+func (c *requestCache) put(e cacheEntry) {
+	c.byID[e.RequestID] = len(c.list)
+	c.list = append(c.list, e)
+}
+
+func (c *requestCache) trim(now int64) {
+	cutoff := now - int64(requestCacheAge)
+	for len(c.list)-c.head > 0 {
+		e := c.list[c.head]
+		if len(c.list)-c.head <= requestCacheCount && e.Time >= cutoff {
+			break
+		}
+		delete(c.byID, e.RequestID)
+		c.list[c.head] = cacheEntry{}
+		c.head++
+	}
+	if c.head > 1024 && c.head > len(c.list)/2 {
+		c.list = append([]cacheEntry(nil), c.list[c.head:]...)
+		c.head = 0
+		for i, e := range c.list {
+			c.byID[e.RequestID] = i
+		}
+	}
+}
+
+func (c *requestCache) entries() []cacheEntry { return c.list[c.head:] }
+
+// shapeWindowSize is how many recent requests describe the typical workload.
+const shapeWindowSize = 1000
+
+// Shape is the form of a request, without priority or timing: what the
+// fragmentation-aware policy calls a typical task.
+type Shape struct {
+	Claims []Claim `json:"claims"`
+}
+
+func (sh Shape) key() string {
+	var b strings.Builder
+	for _, c := range sh.Claims {
+		fmt.Fprintf(&b, "%s/%d/%s/%v/%v;", c.Type, c.Count, c.Pool, c.Capabilities.vec(), c.Amount.vec())
+		for _, k := range sortedKeys(c.Capabilities.Custom) {
+			fmt.Fprintf(&b, "%s=%s,", k, c.Capabilities.Custom[k])
+		}
+	}
+	return b.String()
+}
+
+// shapeWindow keeps the shapes of the last requests, oldest first.
+type shapeWindow struct {
+	list []Shape
+	// typical caches the most common shapes; nil when stale.
+	typical []weightedShape
+}
+
+type weightedShape struct {
+	shape  Shape
+	weight float64
+}
+
+func newShapeWindow() *shapeWindow { return &shapeWindow{} }
+
+func (w *shapeWindow) add(r *Request) {
+	sh := Shape{Claims: make([]Claim, len(r.Claims))}
+	for i, c := range r.Claims {
+		sh.Claims[i] = Claim{Type: c.Type, Count: c.Count, Pool: r.claimPool(i), Capabilities: c.Capabilities, Amount: c.Amount}
+	}
+	if len(w.list) >= shapeWindowSize {
+		w.list = append(w.list[:0], w.list[1:]...)
+	}
+	w.list = append(w.list, sh)
+	w.typical = nil
+}
+
+// typicalShapes returns the most common shapes that together cover 95% of
+// the window, with their frequencies (summing to 1), most common first.
+func (w *shapeWindow) typicalShapes() []weightedShape {
+	if w.typical != nil || len(w.list) == 0 {
+		return w.typical
+	}
+	counts := map[string]int{}
+	first := map[string]Shape{}
+	for _, sh := range w.list {
+		k := sh.key()
+		if _, ok := first[k]; !ok {
+			first[k] = sh
+		}
+		counts[k]++
+	}
+	keys := sortedKeys(counts)
+	sort.SliceStable(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
+	total := len(w.list)
+	covered := 0
+	var out []weightedShape
+	for _, k := range keys {
+		out = append(out, weightedShape{shape: first[k], weight: float64(counts[k])})
+		covered += counts[k]
+		if float64(covered) >= 0.95*float64(total) {
+			break
+		}
+	}
+	for i := range out {
+		out[i].weight /= float64(covered)
+	}
+	w.typical = out
+	return out
+}

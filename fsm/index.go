@@ -1,0 +1,301 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/google/btree"
+)
+
+// The index keeps placement off a linear scan. Devices that are alike in
+// everything a filter looks at (type, pool, capabilities, labels,
+// shareability) form a class; static filters run once per class. Each
+// class keeps its schedulable devices with free capacity in ordered sets,
+// so each policy finds its pick in O(classes · log n). The index is derived
+// state: it is rebuilt on restore and never serialized.
+
+const btreeDegree = 16
+
+type freeKey struct {
+	free float64
+	id   string
+}
+
+func freeKeyLess(a, b freeKey) bool {
+	if a.free != b.free {
+		return a.free < b.free
+	}
+	return a.id < b.id
+}
+
+type class struct {
+	key       string
+	typ       DeviceType
+	pool      string
+	shareable bool
+	caps      vec
+	custom    map[string]string
+	labels    map[string]string
+	size      int
+	// primary is the dimension shareable devices are ordered by.
+	primary int
+	// free holds schedulable devices with free capacity, by ID.
+	free *btree.BTreeG[string]
+	// byFree holds the same devices by free capacity in the primary
+	// dimension (shareable classes only).
+	byFree *btree.BTreeG[freeKey]
+	// hosts holds the hosts with at least one device in free.
+	hosts    *btree.BTreeG[string]
+	hostFree map[string]int
+}
+
+func classKey(d *Device) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%t|%v|", d.Type, d.Pool, d.Shareable, d.Capabilities.vec())
+	for _, k := range sortedKeys(d.Capabilities.Custom) {
+		fmt.Fprintf(&b, "%q=%q,", k, d.Capabilities.Custom[k])
+	}
+	b.WriteByte('|')
+	for _, k := range sortedKeys(d.Labels) {
+		fmt.Fprintf(&b, "%q=%q,", k, d.Labels[k])
+	}
+	return b.String()
+}
+
+func newClass(key string, d *Device) *class {
+	c := &class{
+		key: key, typ: d.Type, pool: d.Pool, shareable: d.Shareable,
+		caps: d.Capabilities.vec(), custom: d.Capabilities.Custom, labels: d.Labels,
+		free:     btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
+		hosts:    btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
+		hostFree: map[string]int{},
+	}
+	c.primary = -1
+	for _, i := range []int{1, 0, 2, 3} {
+		if c.caps[i] > 0 {
+			c.primary = i
+			break
+		}
+	}
+	if c.shareable {
+		c.byFree = btree.NewG(btreeDegree, freeKeyLess)
+	}
+	return c
+}
+
+// hostLoad is a host's utilisation of one device type.
+type hostLoad struct {
+	n      int
+	used   float64
+	inTree bool
+	key    loadKey
+}
+
+type loadKey struct {
+	util float64
+	host string
+}
+
+func loadKeyLess(a, b loadKey) bool {
+	if a.util != b.util {
+		return a.util < b.util
+	}
+	return a.host < b.host
+}
+
+// index is the derived lookup state.
+type index struct {
+	classes map[string]*class
+	byType  map[DeviceType][]*class
+	// load orders up hosts by utilisation, per type.
+	load map[DeviceType]*btree.BTreeG[loadKey]
+	// norm is the largest device capacity per type and dimension.
+	norm      map[DeviceType]vec
+	normDirty bool
+}
+
+func newIndex() *index {
+	return &index{
+		classes: map[string]*class{},
+		byType:  map[DeviceType][]*class{},
+		load:    map[DeviceType]*btree.BTreeG[loadKey]{},
+		norm:    map[DeviceType]vec{},
+	}
+}
+
+// deviceUtil is the used fraction of a device.
+func deviceUtil(d *Device) float64 {
+	if !d.Shareable || d.cls.primary < 0 {
+		if len(d.Allocations) > 0 {
+			return 1
+		}
+		return 0
+	}
+	p := d.cls.primary
+	return d.Used.vec()[p] / d.cls.caps[p]
+}
+
+// hasFree reports whether a device could take any allocation now.
+func (s *State) hasFree(d *Device) bool {
+	h := s.hosts[d.Host]
+	if h == nil || !h.Up || d.Status != Available {
+		return false
+	}
+	if !d.Shareable || d.cls.primary < 0 {
+		return len(d.Allocations) == 0
+	}
+	p := d.cls.primary
+	return d.cls.caps[p]-d.Used.vec()[p] > eps
+}
+
+// addClassDevice puts a new device into its class.
+func (s *State) addClassDevice(d *Device) {
+	key := classKey(d)
+	c := s.idx.classes[key]
+	if c == nil {
+		c = newClass(key, d)
+		s.idx.classes[key] = c
+		list := append(s.idx.byType[d.Type], c)
+		sort.Slice(list, func(i, j int) bool { return list[i].key < list[j].key })
+		s.idx.byType[d.Type] = list
+		s.idx.normDirty = true
+	}
+	c.size++
+	d.cls = c
+}
+
+// removeClassDevice takes a device (already unindexed) out of its class.
+func (s *State) removeClassDevice(d *Device) {
+	c := d.cls
+	c.size--
+	if c.size == 0 {
+		delete(s.idx.classes, c.key)
+		list := s.idx.byType[c.typ]
+		for i, x := range list {
+			if x == c {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(s.idx.byType, c.typ)
+		} else {
+			s.idx.byType[c.typ] = list
+		}
+		s.idx.normDirty = true
+	}
+	d.cls = nil
+}
+
+// unindex removes a device from the free sets and its host's load, before
+// the device or its host changes.
+func (s *State) unindex(d *Device) {
+	if d.indexed {
+		c := d.cls
+		c.free.Delete(d.ID)
+		if c.byFree != nil {
+			c.byFree.Delete(freeKey{d.idxFree, d.ID})
+		}
+		c.hostFree[d.Host]--
+		if c.hostFree[d.Host] <= 0 {
+			delete(c.hostFree, d.Host)
+			c.hosts.Delete(d.Host)
+		}
+		d.indexed = false
+	}
+	if h := s.hosts[d.Host]; h != nil {
+		s.unloadHost(h, d.Type, s.hostLoadOf(h, d.Type))
+	}
+}
+
+// reindex adds a device back after a change.
+func (s *State) reindex(d *Device) {
+	if h := s.hosts[d.Host]; h != nil {
+		s.refreshLoad(h, d.Type)
+	}
+	if !s.hasFree(d) {
+		return
+	}
+	c := d.cls
+	c.free.ReplaceOrInsert(d.ID)
+	if c.byFree != nil {
+		d.idxFree = d.Free().vec()[c.primary]
+		c.byFree.ReplaceOrInsert(freeKey{d.idxFree, d.ID})
+	}
+	if c.hostFree[d.Host] == 0 {
+		c.hosts.ReplaceOrInsert(d.Host)
+	}
+	c.hostFree[d.Host]++
+	d.indexed = true
+}
+
+func (s *State) hostLoadOf(h *Host, t DeviceType) *hostLoad {
+	if h.load == nil {
+		h.load = map[DeviceType]*hostLoad{}
+	}
+	l := h.load[t]
+	if l == nil {
+		l = &hostLoad{}
+		h.load[t] = l
+	}
+	return l
+}
+
+// refreshLoad recomputes a host's load for a type from its devices (sums
+// are never carried along, so a restored state ranks hosts identically)
+// and puts the host back in the load order.
+func (s *State) refreshLoad(h *Host, t DeviceType) {
+	l := s.hostLoadOf(h, t)
+	s.unloadHost(h, t, l)
+	l.n, l.used = 0, 0
+	for _, id := range h.Devices {
+		if d := s.devices[id]; d.Type == t {
+			l.n++
+			l.used += deviceUtil(d)
+		}
+	}
+	s.loadHost(h, t, l)
+}
+
+func (s *State) unloadHost(h *Host, t DeviceType, l *hostLoad) {
+	if l.inTree {
+		s.idx.load[t].Delete(l.key)
+		l.inTree = false
+	}
+}
+
+func (s *State) loadHost(h *Host, t DeviceType, l *hostLoad) {
+	if !h.Up || l.n <= 0 {
+		return
+	}
+	tree := s.idx.load[t]
+	if tree == nil {
+		tree = btree.NewG(btreeDegree, loadKeyLess)
+		s.idx.load[t] = tree
+	}
+	l.key = loadKey{util: l.used / float64(l.n), host: h.ID}
+	tree.ReplaceOrInsert(l.key)
+	l.inTree = true
+}
+
+// normOf returns the largest device capacity per dimension for a type,
+// used to put dimensions on one scale.
+func (s *State) normOf(t DeviceType) vec {
+	if s.idx.normDirty {
+		s.idx.norm = map[DeviceType]vec{}
+		for typ, list := range s.idx.byType {
+			var n vec
+			for _, c := range list {
+				for i, x := range c.caps {
+					if x > n[i] {
+						n[i] = x
+					}
+				}
+			}
+			s.idx.norm[typ] = n
+		}
+		s.idx.normDirty = false
+	}
+	return s.idx.norm[t]
+}

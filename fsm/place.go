@@ -1,0 +1,540 @@
+package fsm
+
+import (
+	"sort"
+)
+
+// Placement runs as a chain: static filters pick the device classes a
+// claim may use (type, pool, capabilities, labels), dynamic filters keep
+// the devices of those classes that are schedulable and have the free
+// capacity, and the policy ranks what is left. A single-device request
+// takes an indexed path per policy; anything else is placed host by host.
+
+type placement struct {
+	host   string
+	assign []Assignment
+}
+
+// overlay changes the apparent use of devices without touching the state:
+// what an evaluation has already taken (positive) or what preemption
+// would free (negative).
+type overlay struct {
+	used map[string]vec
+	n    map[string]int
+}
+
+func newOverlay() *overlay { return &overlay{used: map[string]vec{}, n: map[string]int{}} }
+
+func (o *overlay) add(id string, amt vec, n int) {
+	o.used[id] = o.used[id].add(amt)
+	o.n[id] += n
+}
+
+func (o *overlay) clone() *overlay {
+	c := newOverlay()
+	if o != nil {
+		for k, v := range o.used {
+			c.used[k] = v
+		}
+		for k, v := range o.n {
+			c.n[k] = v
+		}
+	}
+	return c
+}
+
+// staticFit reports why a class fails a claim's static filters, or "".
+func staticFit(c *class, cl *Claim, pool string, sel *LabelSelector) string {
+	if c.typ != cl.Type {
+		return "type"
+	}
+	if pool != "" && c.pool != pool {
+		return "pool"
+	}
+	req := cl.Capabilities.vec()
+	for i := range req {
+		if c.caps[i]+eps < req[i] {
+			return "capability " + dimNames[i] + " too small"
+		}
+	}
+	for _, k := range sortedKeys(cl.Capabilities.Custom) {
+		have, ok := c.custom[k]
+		if !ok || !customMatches(have, cl.Capabilities.Custom[k]) {
+			return "custom " + k + " does not match"
+		}
+	}
+	for _, k := range sortedKeys(sel.Required) {
+		if have, ok := c.labels[k]; !ok || have != sel.Required[k] {
+			return "required label " + k + " missing"
+		}
+	}
+	for _, k := range sortedKeys(sel.Forbidden) {
+		if have, ok := c.labels[k]; ok && (sel.Forbidden[k] == "*" || have == sel.Forbidden[k]) {
+			return "forbidden label " + k
+		}
+	}
+	if c.shareable && !c.caps.covers(cl.Amount.vec()) {
+		return "amount larger than device"
+	}
+	return ""
+}
+
+func preferredScore(c *class, sel *LabelSelector) int {
+	n := 0
+	for k, v := range sel.Preferred {
+		if c.labels[k] == v {
+			n++
+		}
+	}
+	return n
+}
+
+// take is what a claim takes from a device of class c, and whether it
+// needs the whole device.
+func take(c *class, cl *Claim) (vec, bool) {
+	if !c.shareable || cl.Amount.IsZero() {
+		return c.caps, true
+	}
+	return cl.Amount.vec(), false
+}
+
+// fits reports whether device d can take amt now (whole: the entire
+// device), with the overlay's changes applied.
+func (s *State) fits(d *Device, amt vec, whole bool, ov *overlay) bool {
+	if h := s.hosts[d.Host]; h == nil || !h.Up || d.Status != Available {
+		return false
+	}
+	used, n := d.Used.vec(), len(d.Allocations)
+	if ov != nil {
+		if u, ok := ov.used[d.ID]; ok {
+			used = used.add(u)
+			n += ov.n[d.ID]
+		}
+	}
+	if whole || !d.cls.shareable {
+		return n <= 0
+	}
+	return d.cls.caps.sub(used).covers(amt)
+}
+
+// waste is what a device would keep unused by this claim, put on one
+// scale across dimensions: the BestFit and WorstFit measure.
+func (s *State) waste(d *Device, cl *Claim, ov *overlay) float64 {
+	norm := s.normOf(d.Type)
+	c := d.cls
+	var left vec
+	if !c.shareable || cl.Amount.IsZero() {
+		left = c.caps.sub(cl.Capabilities.vec())
+	} else {
+		used := d.Used.vec()
+		if ov != nil {
+			used = used.add(ov.used[d.ID])
+		}
+		left = c.caps.sub(used).sub(cl.Amount.vec())
+	}
+	w := 0.0
+	for i, x := range left {
+		if norm[i] > 0 && x > 0 {
+			w += x / norm[i]
+		}
+	}
+	return w
+}
+
+// fitting returns, per claim, the classes that pass its static filters.
+func (s *State) fitting(r *Request) [][]*class {
+	out := make([][]*class, len(r.Claims))
+	for i := range r.Claims {
+		cl := &r.Claims[i]
+		for _, c := range s.idx.byType[cl.Type] {
+			if staticFit(c, cl, r.claimPool(i), &r.Labels) == "" {
+				out[i] = append(out[i], c)
+			}
+		}
+	}
+	return out
+}
+
+// tiers splits the first claim's classes by how many preferred labels they
+// carry, most first; without preferred labels there is one tier.
+func tiers(classes []*class, sel *LabelSelector) [][]*class {
+	if len(sel.Preferred) == 0 || len(classes) == 0 {
+		return [][]*class{classes}
+	}
+	byScore := map[int][]*class{}
+	for _, c := range classes {
+		p := preferredScore(c, sel)
+		byScore[p] = append(byScore[p], c)
+	}
+	scores := make([]int, 0, len(byScore))
+	for k := range byScore {
+		scores = append(scores, k)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(scores)))
+	out := make([][]*class, 0, len(scores))
+	for _, k := range scores {
+		out = append(out, byScore[k])
+	}
+	return out
+}
+
+// place finds where a request goes under a policy, or nil.
+func (s *State) place(r *Request, pc PolicyConfig, ov *overlay) *placement {
+	fits := s.fitting(r)
+	for _, f := range fits {
+		if len(f) == 0 {
+			return nil
+		}
+	}
+	for _, tier := range tiers(fits[0], &r.Labels) {
+		fits[0] = tier
+		var p *placement
+		if len(r.Claims) == 1 && r.Claims[0].Count == 1 && ov == nil && pc.Policy != FragmentationAware {
+			p = s.placeOne(r, pc.Policy, tier)
+		} else {
+			p = s.placeOnHosts(r, pc.Policy, fits, ov, nil)
+		}
+		if p != nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// placeOne places a one-device request through the class index.
+func (s *State) placeOne(r *Request, pol Policy, classes []*class) *placement {
+	cl := &r.Claims[0]
+	if pol == LoadBalanced {
+		return s.placeLeastLoaded(r, classes)
+	}
+	var best *Device
+	bestScore := 0.0
+	consider := func(d *Device, score float64) {
+		if d == nil {
+			return
+		}
+		if best == nil || score < bestScore || (score == bestScore && d.ID < best.ID) {
+			best, bestScore = d, score
+		}
+	}
+	switch pol {
+	case FirstFit:
+		for _, c := range classes {
+			consider(s.firstFree(c, cl, ""), 0)
+		}
+	case RoundRobin:
+		after := s.cursors[cl.Type]
+		for _, c := range classes {
+			consider(s.firstFree(c, cl, after), 0)
+		}
+		if best == nil {
+			for _, c := range classes {
+				consider(s.firstFree(c, cl, ""), 0)
+			}
+		}
+	case WorstFit:
+		for _, c := range classes {
+			if d := s.mostFree(c, cl); d != nil {
+				consider(d, -s.waste(d, cl, nil))
+			}
+		}
+	default: // BestFit, PriorityBased
+		for _, c := range classes {
+			if d := s.leastFree(c, cl); d != nil {
+				consider(d, s.waste(d, cl, nil))
+			}
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	amt, _ := take(best.cls, cl)
+	return &placement{host: best.Host, assign: []Assignment{{DeviceID: best.ID, Claim: 0, Amount: amt.resources()}}}
+}
+
+// firstFree is the first device of c after the given ID that fits.
+func (s *State) firstFree(c *class, cl *Claim, after string) *Device {
+	amt, whole := take(c, cl)
+	var found *Device
+	c.free.AscendGreaterOrEqual(after+"\x00", func(id string) bool {
+		d := s.devices[id]
+		if s.fits(d, amt, whole, nil) {
+			found = d
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+// leastFree is the fitting device of c with the least free capacity (by
+// ID among equals: exclusive devices of a class are all alike).
+func (s *State) leastFree(c *class, cl *Claim) *Device {
+	if !c.shareable {
+		return s.firstFree(c, cl, "")
+	}
+	amt, whole := take(c, cl)
+	var found *Device
+	c.byFree.AscendGreaterOrEqual(freeKey{free: amt[c.primary] - eps}, func(k freeKey) bool {
+		d := s.devices[k.id]
+		if s.fits(d, amt, whole, nil) {
+			found = d
+			return false
+		}
+		return true
+	})
+	return found
+}
+
+// mostFree is the fitting device of c with the most free capacity.
+func (s *State) mostFree(c *class, cl *Claim) *Device {
+	if !c.shareable {
+		return s.firstFree(c, cl, "")
+	}
+	amt, whole := take(c, cl)
+	var found *Device
+	var top float64
+	c.byFree.Descend(func(k freeKey) bool {
+		if found != nil && k.free < top {
+			return false
+		}
+		d := s.devices[k.id]
+		if s.fits(d, amt, whole, nil) {
+			if found == nil || d.ID < found.ID {
+				found, top = d, k.free
+			}
+		}
+		return true
+	})
+	return found
+}
+
+// placeLeastLoaded walks hosts from least to most utilised for the type and
+// takes the least used fitting device on the first host that has one.
+func (s *State) placeLeastLoaded(r *Request, classes []*class) *placement {
+	cl := &r.Claims[0]
+	tree := s.idx.load[cl.Type]
+	if tree == nil {
+		return nil
+	}
+	in := map[*class]bool{}
+	for _, c := range classes {
+		in[c] = true
+	}
+	var best *Device
+	var bestUtil float64
+	tree.Ascend(func(k loadKey) bool {
+		h := s.hosts[k.host]
+		usable := false
+		for _, c := range classes {
+			if c.hostFree[h.ID] > 0 {
+				usable = true
+				break
+			}
+		}
+		if !usable {
+			return true
+		}
+		for _, id := range h.Devices {
+			d := s.devices[id]
+			if !in[d.cls] {
+				continue
+			}
+			amt, whole := take(d.cls, cl)
+			if !s.fits(d, amt, whole, nil) {
+				continue
+			}
+			u := deviceUtil(d)
+			if best == nil || u < bestUtil {
+				best, bestUtil = d, u
+			}
+		}
+		return best == nil
+	})
+	if best == nil {
+		return nil
+	}
+	amt, _ := take(best.cls, cl)
+	return &placement{host: best.Host, assign: []Assignment{{DeviceID: best.ID, Claim: 0, Amount: amt.resources()}}}
+}
+
+// candidateHosts lists, in ID order, the hosts with a free device in any of
+// the classes.
+func candidateHosts(classes []*class) []string {
+	var out []string
+	for _, c := range classes {
+		c.hosts.Ascend(func(h string) bool {
+			out = append(out, h)
+			return true
+		})
+	}
+	sort.Strings(out)
+	n := 0
+	for i, h := range out {
+		if i == 0 || h != out[n-1] {
+			out[n] = h
+			n++
+		}
+	}
+	return out[:n]
+}
+
+// placeOnHosts evaluates the request host by host. hosts limits the
+// candidates (nil: every host with a free device for the first claim).
+func (s *State) placeOnHosts(r *Request, pol Policy, fits [][]*class, ov *overlay, hosts []string) *placement {
+	if hosts == nil {
+		hosts = candidateHosts(fits[0])
+	}
+	if pol == RoundRobin {
+		if cur := s.devices[s.cursors[r.Claims[0].Type]]; cur != nil {
+			i := sort.SearchStrings(hosts, cur.Host+"\x00")
+			hosts = append(append([]string(nil), hosts[i:]...), hosts[:i]...)
+		}
+	}
+	var best *placement
+	bestScore := 0.0
+	for _, hid := range hosts {
+		h := s.hosts[hid]
+		if h == nil || !h.Up {
+			continue
+		}
+		assign, local := s.evalHost(h, r, pol, fits, ov)
+		if assign == nil {
+			continue
+		}
+		if pol == FirstFit || pol == RoundRobin {
+			return &placement{host: hid, assign: assign}
+		}
+		var score float64
+		switch pol {
+		case LoadBalanced:
+			score = hostUtil(h, r.Claims[0].Type)
+		case WorstFit:
+			score = -s.hostLeftover(h, r, local)
+		case FragmentationAware:
+			score = s.fragDelta(h, r, ov, local)
+		default:
+			score = s.hostLeftover(h, r, local)
+		}
+		if best == nil || score < bestScore {
+			best, bestScore = &placement{host: hid, assign: assign}, score
+		}
+	}
+	return best
+}
+
+func hostUtil(h *Host, t DeviceType) float64 {
+	l := h.load[t]
+	if l == nil || l.n == 0 {
+		return 0
+	}
+	return l.used / float64(l.n)
+}
+
+// evalHost picks devices on one host for every claim, ranked by the
+// policy. It returns nil if the host cannot take the request, and the
+// overlay that includes what it took.
+func (s *State) evalHost(h *Host, r *Request, pol Policy, fits [][]*class, ov *overlay) ([]Assignment, *overlay) {
+	local := ov.clone()
+	var assign []Assignment
+	for i := range r.Claims {
+		cl := &r.Claims[i]
+		var cands []*Device
+		for _, id := range h.Devices {
+			d := s.devices[id]
+			if d.Type != cl.Type || !containsClass(fits[i], d.cls) {
+				continue
+			}
+			amt, whole := take(d.cls, cl)
+			if s.fits(d, amt, whole, local) {
+				cands = append(cands, d)
+			}
+		}
+		if len(cands) < cl.Count {
+			return nil, nil
+		}
+		s.rankDevices(cands, cl, pol, local)
+		for _, d := range cands[:cl.Count] {
+			amt, _ := take(d.cls, cl)
+			local.add(d.ID, amt, 1)
+			assign = append(assign, Assignment{DeviceID: d.ID, Claim: i, Amount: amt.resources()})
+		}
+	}
+	return assign, local
+}
+
+func containsClass(list []*class, c *class) bool {
+	for _, x := range list {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// rankDevices orders a host's fitting devices for a claim by policy.
+func (s *State) rankDevices(ds []*Device, cl *Claim, pol Policy, ov *overlay) {
+	key := make(map[*Device]float64, len(ds))
+	for _, d := range ds {
+		switch pol {
+		case FirstFit, RoundRobin:
+			key[d] = 0
+		case WorstFit:
+			key[d] = -s.waste(d, cl, ov)
+		case LoadBalanced:
+			key[d] = deviceUtil(d)
+		default:
+			key[d] = s.waste(d, cl, ov)
+		}
+	}
+	sort.SliceStable(ds, func(i, j int) bool {
+		if key[ds[i]] != key[ds[j]] {
+			return key[ds[i]] < key[ds[j]]
+		}
+		return ds[i].ID < ds[j].ID
+	})
+}
+
+// hostLeftover is the free capacity a host would keep, in the types the
+// request uses, on one scale: the host-level BestFit measure.
+func (s *State) hostLeftover(h *Host, r *Request, ov *overlay) float64 {
+	total := 0.0
+	for _, id := range h.Devices {
+		d := s.devices[id]
+		if d.Status != Available || !requestUses(r, d.Type) {
+			continue
+		}
+		total += s.freeScore(d, ov)
+	}
+	return total
+}
+
+// freeScore is a device's free capacity on the type's common scale.
+func (s *State) freeScore(d *Device, ov *overlay) float64 {
+	used, n := d.Used.vec(), len(d.Allocations)
+	if ov != nil {
+		used = used.add(ov.used[d.ID])
+		n += ov.n[d.ID]
+	}
+	if !d.cls.shareable && n > 0 {
+		return 0
+	}
+	norm := s.normOf(d.Type)
+	free := d.cls.caps.sub(used)
+	w := 0.0
+	for i, x := range free {
+		if norm[i] > 0 && x > 0 {
+			w += x / norm[i]
+		}
+	}
+	return w
+}
+
+func requestUses(r *Request, t DeviceType) bool {
+	for _, c := range r.Claims {
+		if c.Type == t {
+			return true
+		}
+	}
+	return false
+}

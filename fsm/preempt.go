@@ -1,0 +1,134 @@
+package fsm
+
+import "sort"
+
+// preempt finds, for a PriorityBased request that fits nowhere, the fewest
+// and lowest-priority active allocations whose priority is lower by at
+// least the policy's gap and whose removal lets the request fit on one
+// host. It changes nothing; the caller ends the victims and places.
+func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placement) {
+	limit := a.Request.Priority - pc.gap()
+	if limit < 0 {
+		return nil, nil
+	}
+	fits := s.fitting(&a.Request)
+	for _, f := range fits {
+		if len(f) == 0 {
+			return nil, nil
+		}
+	}
+	type option struct {
+		victims []*Allocation
+		p       *placement
+		sum     int
+	}
+	var best *option
+	better := func(o *option) bool {
+		if best == nil {
+			return true
+		}
+		if len(o.victims) != len(best.victims) {
+			return len(o.victims) < len(best.victims)
+		}
+		if maxPrio(o.victims) != maxPrio(best.victims) {
+			return maxPrio(o.victims) < maxPrio(best.victims)
+		}
+		return o.sum < best.sum
+	}
+	for _, hid := range sortedKeys(s.hosts) {
+		h := s.hosts[hid]
+		if !h.Up {
+			continue
+		}
+		cands := s.victimsOn(h, &a.Request, limit)
+		if len(cands) == 0 {
+			continue
+		}
+		// Free victims lowest priority first until the request fits.
+		ov := newOverlay()
+		n := 0
+		var p *placement
+		for n < len(cands) && p == nil {
+			freeInto(ov, cands[n])
+			n++
+			p = s.placeOnHosts(&a.Request, BestFit, fits, ov, []string{hid})
+		}
+		if p == nil {
+			continue
+		}
+		chosen := append([]*Allocation(nil), cands[:n]...)
+		// Drop victims that turn out not to be needed, highest first.
+		for i := len(chosen) - 1; i >= 0 && len(chosen) > 1; i-- {
+			trial := newOverlay()
+			for j, v := range chosen {
+				if j != i {
+					freeInto(trial, v)
+				}
+			}
+			if q := s.placeOnHosts(&a.Request, BestFit, fits, trial, []string{hid}); q != nil {
+				chosen = append(chosen[:i:i], chosen[i+1:]...)
+				p = q
+			}
+		}
+		o := &option{victims: chosen, p: p}
+		for _, v := range chosen {
+			o.sum += v.Request.Priority
+		}
+		if better(o) {
+			best = o
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	return best.victims, best.p
+}
+
+func maxPrio(list []*Allocation) int {
+	m := -1
+	for _, a := range list {
+		if a.Request.Priority > m {
+			m = a.Request.Priority
+		}
+	}
+	return m
+}
+
+// victimsOn lists the active allocations on a host that a request may
+// preempt, lowest priority first, newest first within a priority.
+func (s *State) victimsOn(h *Host, r *Request, limit int) []*Allocation {
+	seen := map[string]bool{}
+	var out []*Allocation
+	for _, id := range h.Devices {
+		d := s.devices[id]
+		if !requestUses(r, d.Type) {
+			continue
+		}
+		for _, aid := range d.Allocations {
+			a := s.allocs[aid]
+			if seen[aid] || a.Request.Priority > limit {
+				continue
+			}
+			seen[aid] = true
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Request.Priority != out[j].Request.Priority {
+			return out[i].Request.Priority < out[j].Request.Priority
+		}
+		return out[i].Seq > out[j].Seq
+	})
+	return out
+}
+
+// freeInto records in ov what ending allocation a would free.
+func freeInto(ov *overlay, a *Allocation) {
+	for _, as := range a.Devices {
+		v := as.Amount.vec()
+		for i := range v {
+			v[i] = -v[i]
+		}
+		ov.add(as.DeviceID, v, -1)
+	}
+}

@@ -1,0 +1,165 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"sort"
+)
+
+// SnapshotVersion is the version of the snapshot encoding this code writes.
+const SnapshotVersion = 1
+
+// snapshotV1 is the canonical encoding of a State: slices in a fixed order,
+// maps with sorted keys (encoding/json sorts them), no derived state.
+type snapshotV1 struct {
+	Version      int                         `json:"version"`
+	Now          int64                       `json:"now"`
+	Seq          uint64                      `json:"seq"`
+	Last         uint64                      `json:"last"`
+	Hosts        []Host                      `json:"hosts"`
+	Devices      []*Device                   `json:"devices"`
+	Live         []*Allocation               `json:"live"`
+	History      []*Allocation               `json:"history"`
+	Requests     []cacheEntry                `json:"requests"`
+	TypePolicies map[DeviceType]PolicyConfig `json:"type_policies"`
+	PoolPolicies map[string]PolicyConfig     `json:"pool_policies"`
+	Cursors      map[DeviceType]string       `json:"cursors"`
+	Retention    Retention                   `json:"retention"`
+	Shapes       []Shape                     `json:"shapes"`
+}
+
+// Snapshot writes the whole state. Two states that applied the same
+// commands write the same bytes.
+func (s *State) Snapshot(w io.Writer) error {
+	snap := snapshotV1{
+		Version: SnapshotVersion, Now: s.now, Seq: s.seq, Last: s.last,
+		Hosts:        s.Hosts(),
+		Devices:      make([]*Device, 0, len(s.devices)),
+		Live:         make([]*Allocation, 0, len(s.allocs)),
+		History:      make([]*Allocation, 0, s.history.len()),
+		Requests:     s.cache.entries(),
+		TypePolicies: s.typePolicies,
+		PoolPolicies: s.poolPolicies,
+		Cursors:      s.cursors,
+		Retention:    s.retention,
+		Shapes:       s.shapes.list,
+	}
+	for _, id := range sortedKeys(s.devices) {
+		snap.Devices = append(snap.Devices, s.devices[id])
+	}
+	for _, id := range sortedKeys(s.allocs) {
+		snap.Live = append(snap.Live, s.allocs[id])
+	}
+	s.history.each(func(a *Allocation) bool {
+		snap.History = append(snap.History, a)
+		return true
+	})
+	enc := json.NewEncoder(w)
+	return enc.Encode(&snap)
+}
+
+// SnapshotBytes returns Snapshot's output.
+func (s *State) SnapshotBytes() []byte {
+	var b bytes.Buffer
+	if err := s.Snapshot(&b); err != nil {
+		// Encoding plain data to a buffer cannot fail.
+		return nil
+	}
+	return b.Bytes()
+}
+
+// Restore reads a snapshot written by Snapshot and rebuilds the state,
+// derived indexes included. A snapshot that does not hold together is
+// refused with ErrSnapshot.
+func Restore(r io.Reader) (*State, error) {
+	var snap snapshotV1
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&snap); err != nil {
+		return nil, errf(ErrSnapshot, "decode: %v", err)
+	}
+	if snap.Version != SnapshotVersion {
+		return nil, errf(ErrSnapshot, "version %d, this build reads %d", snap.Version, SnapshotVersion)
+	}
+	s := New()
+	s.now, s.seq, s.last = snap.Now, snap.Seq, snap.Last
+	s.retention = snap.Retention
+	s.typePolicies = nonNil(snap.TypePolicies)
+	s.poolPolicies = nonNil(snap.PoolPolicies)
+	s.cursors = nonNil(snap.Cursors)
+	for _, sh := range snap.Shapes {
+		s.shapes.list = append(s.shapes.list, sh)
+	}
+	for i := range snap.Hosts {
+		h := snap.Hosts[i]
+		if h.ID == "" || s.hosts[h.ID] != nil {
+			return nil, errf(ErrSnapshot, "host %q empty or repeated", h.ID)
+		}
+		s.hosts[h.ID] = &h
+	}
+	for _, d := range snap.Devices {
+		h := s.hosts[d.Host]
+		if d == nil || d.ID == "" || s.devices[d.ID] != nil || h == nil || !d.Type.Valid() {
+			return nil, errf(ErrSnapshot, "device empty, repeated, of unknown type or on an unknown host")
+		}
+		if i := sort.SearchStrings(h.Devices, d.ID); i >= len(h.Devices) || h.Devices[i] != d.ID {
+			return nil, errf(ErrSnapshot, "device %q not listed by host %q", d.ID, d.Host)
+		}
+		s.devices[d.ID] = d
+		s.addClassDevice(d)
+	}
+	for _, h := range s.hosts {
+		for _, id := range h.Devices {
+			if d := s.devices[id]; d == nil || d.Host != h.ID {
+				return nil, errf(ErrSnapshot, "host %q lists unknown device %q", h.ID, id)
+			}
+		}
+	}
+	for _, a := range snap.Live {
+		if a == nil || !a.Status.Live() || s.allocs[a.ID] != nil || len(a.Request.Claims) == 0 {
+			return nil, errf(ErrSnapshot, "bad live allocation")
+		}
+		for _, as := range a.Devices {
+			d := s.devices[as.DeviceID]
+			if d == nil || a.Status != Active {
+				return nil, errf(ErrSnapshot, "allocation %s holds unknown device %q", a.ID, as.DeviceID)
+			}
+		}
+		s.allocs[a.ID] = a
+		switch a.Status {
+		case Pending:
+			s.queue.ReplaceOrInsert(queueKeyOf(a))
+			if a.Deadline != 0 {
+				s.timers.ReplaceOrInsert(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
+			}
+		case Active:
+			if a.LeaseExpiresAt != 0 {
+				s.timers.ReplaceOrInsert(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
+			}
+		}
+	}
+	for _, a := range snap.History {
+		if a == nil || a.Status.Live() || s.lookup(a.ID) != nil {
+			return nil, errf(ErrSnapshot, "bad history entry")
+		}
+		s.history.add(a)
+	}
+	for _, e := range snap.Requests {
+		s.cache.put(e)
+	}
+	for _, id := range sortedKeys(s.devices) {
+		s.reindex(s.devices[id])
+	}
+	if err := s.CheckInvariants(); err != nil {
+		return nil, errf(ErrSnapshot, "%v", err)
+	}
+	return s, nil
+}
+
+func nonNil[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return map[K]V{}
+	}
+	return m
+}

@@ -1,0 +1,496 @@
+package fsm
+
+import (
+	"time"
+
+	"github.com/google/btree"
+)
+
+// State is the whole scheduler state. It changes only through Apply, which
+// is deterministic: the same commands in the same order give the same state
+// and the same snapshot bytes. State is not safe for concurrent use; the
+// Raft adapter serializes access.
+type State struct {
+	now  int64
+	seq  uint64
+	last uint64 // index of the last applied command
+
+	hosts   map[string]*Host
+	devices map[string]*Device
+	// allocs holds live (pending and active) allocations.
+	allocs  map[string]*Allocation
+	history *history
+	queue   *btree.BTreeG[queueKey]
+	timers  *btree.BTreeG[timerKey]
+	cache   *requestCache
+
+	typePolicies map[DeviceType]PolicyConfig
+	poolPolicies map[string]PolicyConfig
+	cursors      map[DeviceType]string
+	retention    Retention
+	shapes       *shapeWindow
+
+	idx *index
+}
+
+// Result is what applying a command gives back.
+type Result struct {
+	// Index is the log index of the command that produced this result
+	// (for a repeated request ID, the first one).
+	Index uint64 `json:"index"`
+	// Allocation is the allocation the command created or changed, as it
+	// is now.
+	Allocation *Allocation `json:"allocation,omitempty"`
+	// Err is nil or an *Error.
+	Err error `json:"-"`
+}
+
+// New returns an empty state with the default policies and retention.
+func New() *State {
+	s := &State{
+		hosts:        map[string]*Host{},
+		devices:      map[string]*Device{},
+		allocs:       map[string]*Allocation{},
+		history:      newHistory(),
+		queue:        btree.NewG(btreeDegree, queueKeyLess),
+		timers:       btree.NewG(btreeDegree, timerKeyLess),
+		cache:        newRequestCache(),
+		typePolicies: map[DeviceType]PolicyConfig{},
+		poolPolicies: map[string]PolicyConfig{},
+		cursors:      map[DeviceType]string{},
+		retention:    DefaultRetention,
+		shapes:       newShapeWindow(),
+		idx:          newIndex(),
+	}
+	for t, p := range DefaultPolicies {
+		s.typePolicies[t] = PolicyConfig{Policy: p}
+	}
+	return s
+}
+
+// Now is the state's clock: the latest leader time it has applied.
+func (s *State) Now() time.Time { return time.Unix(0, s.now) }
+
+// LastIndex is the index of the last command applied.
+func (s *State) LastIndex() uint64 { return s.last }
+
+// Apply applies one command at log index idx. A command whose request ID was
+// seen before returns the first result and changes nothing. A refused
+// command returns an *Error and changes nothing, except a request refused
+// for lack of capacity, which is recorded in the history as failed.
+func (s *State) Apply(idx uint64, c Command) Result {
+	m := c.meta()
+	if m.RequestID != "" {
+		if e, ok := s.cache.get(m.RequestID); ok {
+			return s.cachedResult(e)
+		}
+	}
+	prevNow, prevLast := s.now, s.last
+	if m.Time > s.now {
+		s.now = m.Time
+	}
+	s.last = idx
+	res := s.apply(idx, c)
+	res.Index = idx
+	if res.Err != nil && !isRecorded(res.Err) {
+		// Refused: nothing changed, not even the clock.
+		s.now, s.last = prevNow, prevLast
+		return res
+	}
+	if m.RequestID != "" {
+		e := cacheEntry{RequestID: m.RequestID, Index: idx, Time: s.now}
+		if res.Allocation != nil {
+			e.AllocationID = res.Allocation.ID
+		}
+		if res.Err != nil {
+			e.Err = res.Err.(*Error)
+		}
+		s.cache.put(e)
+	}
+	s.cache.trim(s.now)
+	s.history.trim(s.now, s.retention)
+	return res
+}
+
+// isRecorded reports whether a refusal still changed the state (a request
+// refused for capacity is kept in the history).
+func isRecorded(err error) bool {
+	e, ok := err.(*Error)
+	return ok && e.Code == ErrNoCapacity.Code
+}
+
+func (s *State) cachedResult(e cacheEntry) Result {
+	r := Result{Index: e.Index}
+	if e.AllocationID != "" {
+		if a := s.lookup(e.AllocationID); a != nil {
+			r.Allocation = a.clone()
+		}
+	}
+	if e.Err != nil {
+		r.Err = e.Err
+	}
+	return r
+}
+
+func (s *State) apply(idx uint64, c Command) Result {
+	switch c := c.(type) {
+	case *RegisterHost:
+		return s.registerHost(c)
+	case *RemoveHost:
+		return s.removeHost(c)
+	case *SetHostStatus:
+		return s.setHostStatus(c)
+	case *SetDeviceStatus:
+		return s.setDeviceStatus(c)
+	case *Allocate:
+		return s.allocate(idx, c)
+	case *Release:
+		return s.release(c)
+	case *Renew:
+		return s.renew(c)
+	case *Cancel:
+		return s.cancel(c)
+	case *SetPolicy:
+		return s.setPolicy(c)
+	case *SetRetention:
+		return s.setRetention(c)
+	case *Tick:
+		s.tick()
+		return Result{}
+	}
+	return Result{Err: errf(ErrUnknownCommand, "%T", c)}
+}
+
+// lookup finds a live or historic allocation.
+func (s *State) lookup(id string) *Allocation {
+	if a := s.allocs[id]; a != nil {
+		return a
+	}
+	return s.history.get(id)
+}
+
+// MaxDevicesPerHost bounds one host's inventory.
+const MaxDevicesPerHost = 4096
+
+func (s *State) registerHost(c *RegisterHost) Result {
+	if c.Host.ID == "" {
+		return Result{Err: errf(ErrInvalid, "host id is empty")}
+	}
+	if len(c.Devices) > MaxDevicesPerHost {
+		return Result{Err: errf(ErrInvalid, "host %q reports %d devices, more than %d", c.Host.ID, len(c.Devices), MaxDevicesPerHost)}
+	}
+	seen := map[string]bool{}
+	for i := range c.Devices {
+		d := &c.Devices[i]
+		switch {
+		case d.ID == "":
+			return Result{Err: errf(ErrInvalid, "device %d has no id", i)}
+		case seen[d.ID]:
+			return Result{Err: errf(ErrInvalid, "duplicate device id %q", d.ID)}
+		case !d.Type.Valid():
+			return Result{Err: errf(ErrInvalid, "device %q has unknown type %q", d.ID, d.Type)}
+		case !d.Capabilities.Resources.valid():
+			return Result{Err: errf(ErrInvalid, "device %q has a negative, infinite or NaN capability", d.ID)}
+		}
+		seen[d.ID] = true
+		if old := s.devices[d.ID]; old != nil && old.Host != c.Host.ID {
+			return Result{Err: errf(ErrConflict, "device %q belongs to host %q", d.ID, old.Host)}
+		}
+	}
+
+	h := s.hosts[c.Host.ID]
+	if h == nil {
+		h = &Host{HostSpec: c.Host, Since: s.now}
+		s.hosts[h.ID] = h
+	}
+	h.HostSpec = c.Host
+	wanted := map[string]DeviceSpec{}
+	for _, d := range c.Devices {
+		d.Labels = mergeLabels(c.Host.Labels, d.Labels)
+		if d.Pool == "" {
+			d.Pool = DefaultPool
+		}
+		wanted[d.ID] = d
+	}
+	// Devices gone or changed lose their allocations and leave.
+	for _, id := range append([]string(nil), h.Devices...) {
+		d := s.devices[id]
+		if spec, keep := wanted[id]; keep && specEqual(d.DeviceSpec, spec) {
+			continue
+		}
+		for _, aid := range append([]string(nil), d.Allocations...) {
+			s.endAllocation(s.allocs[aid], Lost, "device "+id+" removed or changed")
+		}
+		s.unindex(d)
+		s.removeClassDevice(d)
+		delete(s.devices, id)
+		h.Devices = removeSorted(h.Devices, id)
+	}
+	// A registering host is up.
+	if !h.Up {
+		for _, id := range h.Devices {
+			s.unindex(s.devices[id])
+		}
+		h.Up = true
+		h.Since = s.now
+		for _, id := range h.Devices {
+			s.reindex(s.devices[id])
+		}
+	}
+	for _, spec := range c.Devices {
+		if _, ok := s.devices[spec.ID]; ok {
+			continue
+		}
+		d := &Device{DeviceSpec: wanted[spec.ID], Host: h.ID, Status: Available}
+		s.devices[d.ID] = d
+		s.addClassDevice(d)
+		h.Devices = insertSorted(h.Devices, d.ID)
+		s.reindex(d)
+	}
+	for _, t := range DeviceTypes {
+		if h.load[t] != nil {
+			s.refreshLoad(h, t)
+		}
+	}
+	s.kickQueue()
+	return Result{}
+}
+
+// DefaultPool is the pool of a device registered without one.
+const DefaultPool = "default"
+
+func mergeLabels(host, dev map[string]string) map[string]string {
+	if len(host) == 0 {
+		return dev
+	}
+	out := map[string]string{}
+	for k, v := range host {
+		out[k] = v
+	}
+	for k, v := range dev {
+		out[k] = v
+	}
+	return out
+}
+
+func specEqual(a, b DeviceSpec) bool {
+	if a.ID != b.ID || a.Type != b.Type || a.Name != b.Name || a.Pool != b.Pool || a.Shareable != b.Shareable ||
+		a.Capabilities.Resources != b.Capabilities.Resources {
+		return false
+	}
+	return mapEqual(a.Capabilities.Custom, b.Capabilities.Custom) && mapEqual(a.Labels, b.Labels)
+}
+
+func mapEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *State) removeHost(c *RemoveHost) Result {
+	h := s.hosts[c.HostID]
+	if h == nil {
+		return Result{Err: errf(ErrNotFound, "host %q", c.HostID)}
+	}
+	s.loseHostAllocations(h, "host "+h.ID+" removed")
+	for _, id := range h.Devices {
+		d := s.devices[id]
+		s.unindex(d)
+		s.removeClassDevice(d)
+		delete(s.devices, id)
+	}
+	delete(s.hosts, h.ID)
+	return Result{}
+}
+
+// loseHostAllocations ends every active allocation on a host as lost.
+func (s *State) loseHostAllocations(h *Host, reason string) {
+	var ids []string
+	for _, id := range h.Devices {
+		ids = append(ids, s.devices[id].Allocations...)
+	}
+	for _, aid := range ids {
+		if a := s.allocs[aid]; a != nil {
+			s.endAllocation(a, Lost, reason)
+		}
+	}
+}
+
+func (s *State) setHostStatus(c *SetHostStatus) Result {
+	h := s.hosts[c.HostID]
+	if h == nil {
+		return Result{Err: errf(ErrNotFound, "host %q", c.HostID)}
+	}
+	if h.Up == c.Up {
+		return Result{}
+	}
+	if !c.Up {
+		s.loseHostAllocations(h, "host "+h.ID+" down")
+	}
+	for _, id := range h.Devices {
+		s.unindex(s.devices[id])
+	}
+	h.Up = c.Up
+	h.Since = s.now
+	for _, id := range h.Devices {
+		s.reindex(s.devices[id])
+	}
+	if c.Up {
+		s.kickQueue()
+	}
+	return Result{}
+}
+
+func (s *State) setDeviceStatus(c *SetDeviceStatus) Result {
+	d := s.devices[c.DeviceID]
+	if d == nil {
+		return Result{Err: errf(ErrNotFound, "device %q", c.DeviceID)}
+	}
+	if !c.Status.Valid() {
+		return Result{Err: errf(ErrInvalid, "status %q cannot be set (use available, draining or unhealthy)", c.Status)}
+	}
+	if d.Status == c.Status {
+		return Result{}
+	}
+	s.unindex(d)
+	d.Status = c.Status
+	s.reindex(d)
+	if c.Status == Available {
+		s.kickQueue()
+	}
+	return Result{}
+}
+
+func (s *State) setPolicy(c *SetPolicy) Result {
+	if c.Config.PreemptionGap < 0 || c.Config.PreemptionGap > MaxPriority {
+		return Result{Err: errf(ErrInvalid, "preemption gap %d out of 0..%d", c.Config.PreemptionGap, MaxPriority)}
+	}
+	if c.Pool != "" {
+		if c.Config.Policy == "" {
+			delete(s.poolPolicies, c.Pool)
+			s.kickQueue()
+			return Result{}
+		}
+		if !c.Config.Policy.Valid() {
+			return Result{Err: errf(ErrInvalid, "unknown policy %q", c.Config.Policy)}
+		}
+		s.poolPolicies[c.Pool] = c.Config
+		s.kickQueue()
+		return Result{}
+	}
+	if !c.DeviceType.Valid() {
+		return Result{Err: errf(ErrInvalid, "unknown device type %q", c.DeviceType)}
+	}
+	if !c.Config.Policy.Valid() {
+		return Result{Err: errf(ErrInvalid, "unknown policy %q", c.Config.Policy)}
+	}
+	s.typePolicies[c.DeviceType] = c.Config
+	s.kickQueue()
+	return Result{}
+}
+
+func (s *State) setRetention(c *SetRetention) Result {
+	r := c.Retention
+	if r.MaxCount < 1 || r.MaxCount > MaxRetentionCount {
+		return Result{Err: errf(ErrInvalid, "retention count %d out of 1..%d", r.MaxCount, MaxRetentionCount)}
+	}
+	if r.MaxAge <= 0 {
+		return Result{Err: errf(ErrInvalid, "retention age %v must be positive", r.MaxAge)}
+	}
+	s.retention = r
+	return Result{}
+}
+
+// Devices, hosts, policies: read accessors return copies.
+
+// Device returns a copy of a device, with status offline if its host is down.
+func (s *State) Device(id string) (Device, bool) {
+	d := s.devices[id]
+	if d == nil {
+		return Device{}, false
+	}
+	return s.deviceView(d), true
+}
+
+func (s *State) deviceView(d *Device) Device {
+	v := *d
+	v.cls, v.indexed, v.idxFree = nil, false, 0
+	v.Allocations = append([]string(nil), d.Allocations...)
+	if h := s.hosts[d.Host]; h == nil || !h.Up {
+		v.Status = Offline
+	}
+	return v
+}
+
+// Devices returns every device, sorted by ID.
+func (s *State) Devices() []Device {
+	out := make([]Device, 0, len(s.devices))
+	for _, id := range sortedKeys(s.devices) {
+		out = append(out, s.deviceView(s.devices[id]))
+	}
+	return out
+}
+
+// Host returns a copy of a host.
+func (s *State) Host(id string) (Host, bool) {
+	h := s.hosts[id]
+	if h == nil {
+		return Host{}, false
+	}
+	return hostView(h), true
+}
+
+func hostView(h *Host) Host {
+	v := *h
+	v.load = nil
+	v.Devices = append([]string(nil), h.Devices...)
+	return v
+}
+
+// Hosts returns every host, sorted by ID.
+func (s *State) Hosts() []Host {
+	out := make([]Host, 0, len(s.hosts))
+	for _, id := range sortedKeys(s.hosts) {
+		out = append(out, hostView(s.hosts[id]))
+	}
+	return out
+}
+
+// Allocation returns a copy of a live or historic allocation.
+func (s *State) Allocation(id string) (*Allocation, bool) {
+	a := s.lookup(id)
+	if a == nil {
+		return nil, false
+	}
+	return a.clone(), true
+}
+
+// PolicyOf returns the policy in force for a type and pool ("" for none).
+func (s *State) PolicyOf(t DeviceType, pool string) PolicyConfig { return s.policyFor(t, pool) }
+
+// TypePolicies returns the policy of every device type, defaults included.
+func (s *State) TypePolicies() map[DeviceType]PolicyConfig {
+	out := map[DeviceType]PolicyConfig{}
+	for _, t := range DeviceTypes {
+		out[t] = s.policyFor(t, "")
+	}
+	return out
+}
+
+// PoolPolicies returns the per-pool overrides.
+func (s *State) PoolPolicies() map[string]PolicyConfig {
+	out := map[string]PolicyConfig{}
+	for k, v := range s.poolPolicies {
+		out[k] = v
+	}
+	return out
+}
+
+// Retention returns the history retention in force.
+func (s *State) Retention() Retention { return s.retention }
