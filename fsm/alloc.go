@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"crypto/sha1"
 	"strconv"
 	"time"
 
@@ -10,6 +11,20 @@ import (
 // allocNamespace derives allocation IDs from log indexes, so every replica
 // names an allocation the same.
 var allocNamespace = uuid.MustParse("6f0d6f9e-3c3a-4d0e-9b7e-8a1d4c2f5e10")
+
+// allocIDFor is the ID of the allocation created at log index idx:
+// uuid.NewSHA1(allocNamespace, decimal idx), computed without allocating
+// a hasher.
+func allocIDFor(idx uint64) string {
+	var buf [len(allocNamespace) + 20]byte
+	data := strconv.AppendUint(append(buf[:0], allocNamespace[:]...), idx, 10)
+	sum := sha1.Sum(data)
+	var u uuid.UUID
+	copy(u[:], sum[:])
+	u[6] = (u[6] & 0x0f) | 0x50 // version 5
+	u[8] = (u[8] & 0x3f) | 0x80 // RFC 4122 variant
+	return u.String()
+}
 
 // Limits on a request.
 const (
@@ -60,7 +75,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	}
 	id := c.AllocationID
 	if id == "" {
-		id = uuid.NewSHA1(allocNamespace, []byte(strconv.FormatUint(idx, 10))).String()
+		id = allocIDFor(idx)
 	} else if u, err := uuid.Parse(id); err != nil || u.String() != id {
 		return Result{Err: errf(ErrInvalid, "allocation id %q is not a canonical UUID", id)}
 	}
@@ -90,6 +105,8 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 				a.Preempted = append(a.Preempted, v.ID)
 			}
 			s.activate(a, p)
+			// The victims may have freed more than the request took.
+			s.kickQueue()
 			return Result{Allocation: a.clone()}
 		}
 	}

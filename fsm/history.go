@@ -90,48 +90,65 @@ type cacheEntry struct {
 	Err          *Error `json:"error,omitempty"`
 }
 
+// requestCache keeps the entries oldest first in a ring that doubles when
+// full, so entries are never copied as old ones are dropped.
 type requestCache struct {
-	list []cacheEntry
+	ring []cacheEntry // length zero or a power of two
+	// head is the sequence number of the oldest entry and n the number
+	// of entries; entry q lives at ring[q&(len(ring)-1)].
 	head int
-	byID map[string]int // position in list
+	n    int
+	byID map[string]int // sequence number
 }
 
 func newRequestCache() *requestCache { return &requestCache{byID: map[string]int{}} }
 
+func (c *requestCache) at(q int) *cacheEntry { return &c.ring[q&(len(c.ring)-1)] }
+
 func (c *requestCache) get(id string) (cacheEntry, bool) {
-	i, ok := c.byID[id]
+	q, ok := c.byID[id]
 	if !ok {
 		return cacheEntry{}, false
 	}
-	return c.list[i], true
+	return *c.at(q), true
 }
 
 func (c *requestCache) put(e cacheEntry) {
-	c.byID[e.RequestID] = len(c.list)
-	c.list = append(c.list, e)
+	if c.n == len(c.ring) {
+		ring := make([]cacheEntry, max(2*len(c.ring), 64))
+		for q := c.head; q < c.head+c.n; q++ {
+			ring[q&(len(ring)-1)] = *c.at(q)
+		}
+		c.ring = ring
+	}
+	q := c.head + c.n
+	*c.at(q) = e
+	c.n++
+	c.byID[e.RequestID] = q
 }
 
 func (c *requestCache) trim(now int64) {
 	cutoff := now - int64(requestCacheAge)
-	for len(c.list)-c.head > 0 {
-		e := c.list[c.head]
-		if len(c.list)-c.head <= requestCacheCount && e.Time >= cutoff {
+	for c.n > 0 {
+		e := c.at(c.head)
+		if c.n <= requestCacheCount && e.Time >= cutoff {
 			break
 		}
 		delete(c.byID, e.RequestID)
-		c.list[c.head] = cacheEntry{}
+		*e = cacheEntry{}
 		c.head++
-	}
-	if c.head > 1024 && c.head > len(c.list)/2 {
-		c.list = append([]cacheEntry(nil), c.list[c.head:]...)
-		c.head = 0
-		for i, e := range c.list {
-			c.byID[e.RequestID] = i
-		}
+		c.n--
 	}
 }
 
-func (c *requestCache) entries() []cacheEntry { return c.list[c.head:] }
+// entries returns the entries, oldest first.
+func (c *requestCache) entries() []cacheEntry {
+	out := make([]cacheEntry, 0, c.n)
+	for q := c.head; q < c.head+c.n; q++ {
+		out = append(out, *c.at(q))
+	}
+	return out
+}
 
 // shapeWindowSize is how many recent requests describe the typical workload.
 const shapeWindowSize = 1000
@@ -156,6 +173,9 @@ func (sh Shape) key() string {
 // shapeWindow keeps the shapes of the last requests, oldest first.
 type shapeWindow struct {
 	list []Shape
+	// keys[i] is list[i].key(), or "" until typicalShapes needs it. It is
+	// rebuilt when its length disagrees with list's (after a restore).
+	keys []string
 	// typical caches the most common shapes; nil when stale.
 	typical []weightedShape
 }
@@ -172,10 +192,23 @@ func (w *shapeWindow) add(r *Request) {
 	for i, c := range r.Claims {
 		sh.Claims[i] = Claim{Type: c.Type, Count: c.Count, Pool: r.claimPool(i), Capabilities: c.Capabilities, Amount: c.Amount}
 	}
+	if len(w.keys) != len(w.list) {
+		w.keys = make([]string, len(w.list))
+	}
 	if len(w.list) >= shapeWindowSize {
-		w.list = append(w.list[:0], w.list[1:]...)
+		// Slide the window by reslicing; the buffer is renewed once per
+		// window length, so an add costs O(1) amortized.
+		w.list[0], w.keys[0] = Shape{}, ""
+		w.list, w.keys = w.list[1:], w.keys[1:]
+	}
+	if len(w.list) == cap(w.list) {
+		w.list = append(make([]Shape, 0, len(w.list)+shapeWindowSize), w.list...)
+	}
+	if len(w.keys) == cap(w.keys) {
+		w.keys = append(make([]string, 0, len(w.keys)+shapeWindowSize), w.keys...)
 	}
 	w.list = append(w.list, sh)
+	w.keys = append(w.keys, "")
 	w.typical = nil
 }
 
@@ -185,10 +218,17 @@ func (w *shapeWindow) typicalShapes() []weightedShape {
 	if w.typical != nil || len(w.list) == 0 {
 		return w.typical
 	}
+	if len(w.keys) != len(w.list) {
+		w.keys = make([]string, len(w.list))
+	}
 	counts := map[string]int{}
 	first := map[string]Shape{}
-	for _, sh := range w.list {
-		k := sh.key()
+	for i, sh := range w.list {
+		k := w.keys[i]
+		if k == "" {
+			k = sh.key()
+			w.keys[i] = k
+		}
 		if _, ok := first[k]; !ok {
 			first[k] = sh
 		}

@@ -42,12 +42,15 @@ type class struct {
 	primary int
 	// free holds schedulable devices with free capacity, by ID.
 	free *btree.BTreeG[string]
-	// byFree holds the same devices by free capacity in the primary
-	// dimension (shareable classes only).
+	// byFree holds the same devices by free capacity on the type's
+	// common scale, shareKey (shareable classes only).
 	byFree *btree.BTreeG[freeKey]
 	// hosts holds the hosts with at least one device in free.
 	hosts    *btree.BTreeG[string]
 	hostFree map[string]int
+	// mark equals index.mark while the class is in the set a placement
+	// is working with (a membership test without a map).
+	mark uint64
 }
 
 func classKey(d *Device) string {
@@ -113,15 +116,46 @@ type index struct {
 	// norm is the largest device capacity per type and dimension.
 	norm      map[DeviceType]vec
 	normDirty bool
+	// mark is the last value given to class.mark.
+	mark uint64
+	// fit caches fitting's verdicts per claimKey; nil when the classes
+	// changed. A verdict depends only on the immutable class attributes.
+	fit map[string][]*class
+	// frag is FragmentationAware's cache of hosts and typical requests.
+	frag fragCache
+	// first is a reusable iterator for ID trees.
+	first firstItem
+}
+
+// firstItem is a tree iterator that keeps the first item it is given; it
+// is made once, as a closure made per search would be allocated.
+type firstItem struct {
+	id    string
+	ok    bool
+	visit func(string) bool
 }
 
 func newIndex() *index {
-	return &index{
+	idx := &index{
 		classes: map[string]*class{},
 		byType:  map[DeviceType][]*class{},
 		load:    map[DeviceType]*btree.BTreeG[loadKey]{},
 		norm:    map[DeviceType]vec{},
 	}
+	f := &idx.first
+	f.visit = func(id string) bool {
+		f.id, f.ok = id, true
+		return false
+	}
+	return idx
+}
+
+// firstFrom is the first ID in t at or after pivot.
+func (s *State) firstFrom(t *btree.BTreeG[string], pivot string) (string, bool) {
+	f := &s.idx.first
+	f.id, f.ok = "", false
+	t.AscendGreaterOrEqual(pivot, f.visit)
+	return f.id, f.ok
 }
 
 // deviceUtil is the used fraction of a device.
@@ -145,8 +179,14 @@ func (s *State) hasFree(d *Device) bool {
 	if !d.Shareable || d.cls.primary < 0 {
 		return len(d.Allocations) == 0
 	}
-	p := d.cls.primary
-	return d.cls.caps[p]-d.Used.vec()[p] > eps
+	// Free in any dimension: a share may ask for none of the primary one.
+	free := d.cls.caps.sub(d.Used.vec())
+	for i := range free {
+		if free[i] > eps {
+			return true
+		}
+	}
+	return false
 }
 
 // addClassDevice puts a new device into its class.
@@ -160,6 +200,7 @@ func (s *State) addClassDevice(d *Device) {
 		sort.Slice(list, func(i, j int) bool { return list[i].key < list[j].key })
 		s.idx.byType[d.Type] = list
 		s.idx.normDirty = true
+		s.idx.fit = nil
 	}
 	c.size++
 	d.cls = c
@@ -184,6 +225,7 @@ func (s *State) removeClassDevice(d *Device) {
 			s.idx.byType[c.typ] = list
 		}
 		s.idx.normDirty = true
+		s.idx.fit = nil
 	}
 	d.cls = nil
 }
@@ -191,6 +233,7 @@ func (s *State) removeClassDevice(d *Device) {
 // unindex removes a device from the free sets and its host's load, before
 // the device or its host changes.
 func (s *State) unindex(d *Device) {
+	s.markFragStale(d.Host)
 	if d.indexed {
 		c := d.cls
 		c.free.Delete(d.ID)
@@ -211,6 +254,7 @@ func (s *State) unindex(d *Device) {
 
 // reindex adds a device back after a change.
 func (s *State) reindex(d *Device) {
+	s.markFragStale(d.Host)
 	if h := s.hosts[d.Host]; h != nil {
 		s.refreshLoad(h, d.Type)
 	}
@@ -218,9 +262,11 @@ func (s *State) reindex(d *Device) {
 		return
 	}
 	c := d.cls
+	if c.byFree != nil {
+		d.idxFree = shareKey(d.Free().vec(), s.normOf(d.Type))
+	}
 	c.free.ReplaceOrInsert(d.ID)
 	if c.byFree != nil {
-		d.idxFree = d.Free().vec()[c.primary]
 		c.byFree.ReplaceOrInsert(freeKey{d.idxFree, d.ID})
 	}
 	if c.hostFree[d.Host] == 0 {
@@ -283,6 +329,7 @@ func (s *State) loadHost(h *Host, t DeviceType, l *hostLoad) {
 // used to put dimensions on one scale.
 func (s *State) normOf(t DeviceType) vec {
 	if s.idx.normDirty {
+		old := s.idx.norm
 		s.idx.norm = map[DeviceType]vec{}
 		for typ, list := range s.idx.byType {
 			var n vec
@@ -296,6 +343,55 @@ func (s *State) normOf(t DeviceType) vec {
 			s.idx.norm[typ] = n
 		}
 		s.idx.normDirty = false
+		for _, typ := range DeviceTypes {
+			if s.idx.norm[typ] != old[typ] {
+				s.rekeyShares(typ)
+			}
+		}
 	}
 	return s.idx.norm[t]
+}
+
+// shareKey is free capacity on the type's common scale: the sum over
+// dimensions of free/norm, the measure BestFit and WorstFit rank by.
+func shareKey(free, norm vec) float64 {
+	k := 0.0
+	for i, x := range free {
+		if norm[i] > 0 && x > 0 {
+			k += x / norm[i]
+		}
+	}
+	return roundScore(k)
+}
+
+// rekeyShares recomputes the keys of a type's shareable devices after the
+// type's common scale changed.
+func (s *State) rekeyShares(t DeviceType) {
+	norm := s.idx.norm[t]
+	for _, c := range s.idx.byType[t] {
+		if c.byFree == nil {
+			continue
+		}
+		var ids []string
+		c.byFree.Ascend(func(k freeKey) bool {
+			ids = append(ids, k.id)
+			return true
+		})
+		c.byFree.Clear(false)
+		for _, id := range ids {
+			d := s.devices[id]
+			d.idxFree = shareKey(d.Free().vec(), norm)
+			c.byFree.ReplaceOrInsert(freeKey{d.idxFree, id})
+		}
+	}
+}
+
+// markClasses marks the classes of a list, so that c.mark == the returned
+// value tells whether c is in it, until the next call.
+func (s *State) markClasses(list []*class) uint64 {
+	s.idx.mark++
+	for _, c := range list {
+		c.mark = s.idx.mark
+	}
+	return s.idx.mark
 }

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"encoding/binary"
+	"math"
 	"sort"
 )
 
@@ -44,6 +46,8 @@ func (o *overlay) clone() *overlay {
 }
 
 // staticFit reports why a class fails a claim's static filters, or "".
+// fitting caches the verdicts by claimKey: whatever staticFit reads of the
+// claim, pool or selector must be part of that key.
 func staticFit(c *class, cl *Claim, pool string, sel *LabelSelector) string {
 	if c.typ != cl.Type {
 		return "type"
@@ -120,43 +124,117 @@ func (s *State) fits(d *Device, amt vec, whole bool, ov *overlay) bool {
 // waste is what a device would keep unused by this claim, put on one
 // scale across dimensions: the BestFit and WorstFit measure.
 func (s *State) waste(d *Device, cl *Claim, ov *overlay) float64 {
-	norm := s.normOf(d.Type)
 	c := d.cls
-	var left vec
 	if !c.shareable || cl.Amount.IsZero() {
-		left = c.caps.sub(cl.Capabilities.vec())
-	} else {
-		used := d.Used.vec()
-		if ov != nil {
-			used = used.add(ov.used[d.ID])
-		}
-		left = c.caps.sub(used).sub(cl.Amount.vec())
+		return s.classWaste(c, cl)
 	}
+	norm := s.normOf(d.Type)
+	used := d.Used.vec()
+	if ov != nil {
+		used = used.add(ov.used[d.ID])
+	}
+	left := c.caps.sub(used).sub(cl.Amount.vec())
 	w := 0.0
 	for i, x := range left {
 		if norm[i] > 0 && x > 0 {
 			w += x / norm[i]
 		}
 	}
-	return w
+	return roundScore(w)
 }
 
+// classWaste is waste for a claim that takes whole devices of class c:
+// the same for every device of the class.
+func (s *State) classWaste(c *class, cl *Claim) float64 {
+	return wholeWaste(c, cl, s.normOf(c.typ))
+}
+
+// wholeWaste is classWaste on the type's common scale norm.
+func wholeWaste(c *class, cl *Claim, norm vec) float64 {
+	left := c.caps.sub(cl.Capabilities.vec())
+	w := 0.0
+	for i, x := range left {
+		if norm[i] > 0 && x > 0 {
+			w += x / norm[i]
+		}
+	}
+	return roundScore(w)
+}
+
+// roundScore puts a score on a 1e-9 grid, so float noise never decides
+// between equal placements: ties go to the lower device ID.
+func roundScore(x float64) float64 { return math.Round(x*1e9) / 1e9 }
+
 // fitting returns, per claim, the classes that pass its static filters.
+// The lists are shared with a cache: callers must not change them.
 func (s *State) fitting(r *Request) [][]*class {
 	out := make([][]*class, len(r.Claims))
+	var buf [256]byte
 	for i := range r.Claims {
 		cl := &r.Claims[i]
+		pool := r.claimPool(i)
+		key := claimKey(buf[:0], cl, pool, &r.Labels)
+		if list, ok := s.idx.fit[string(key)]; ok {
+			out[i] = list
+			continue
+		}
+		var list []*class
 		for _, c := range s.idx.byType[cl.Type] {
-			if staticFit(c, cl, r.claimPool(i), &r.Labels) == "" {
-				out[i] = append(out[i], c)
+			if staticFit(c, cl, pool, &r.Labels) == "" {
+				list = append(list, c)
 			}
 		}
+		list = list[:len(list):len(list)]
+		if s.idx.fit == nil || len(s.idx.fit) >= maxFitCache {
+			s.idx.fit = map[string][]*class{}
+		}
+		s.idx.fit[string(key)] = list
+		out[i] = list
 	}
 	return out
 }
 
-// tiers splits the first claim's classes by how many preferred labels they
-// carry, most first; without preferred labels there is one tier.
+// maxFitCache bounds the fitting cache; it starts over when full.
+const maxFitCache = 4096
+
+// claimKey encodes everything staticFit reads of a claim: type, pool,
+// capabilities, amount, custom values, required and forbidden labels.
+func claimKey(b []byte, cl *Claim, pool string, sel *LabelSelector) []byte {
+	b = appendKeyString(b, string(cl.Type))
+	b = appendKeyString(b, pool)
+	for _, x := range cl.Capabilities.vec() {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	for _, x := range cl.Amount.vec() {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(x))
+	}
+	b = appendKeyMap(b, cl.Capabilities.Custom)
+	b = appendKeyMap(b, sel.Required)
+	return appendKeyMap(b, sel.Forbidden)
+}
+
+func appendKeyString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendKeyMap(b []byte, m map[string]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	if len(m) == 0 {
+		return b
+	}
+	for _, k := range sortedKeys(m) {
+		b = appendKeyString(b, k)
+		b = appendKeyString(b, m[k])
+	}
+	return b
+}
+
+// tiers returns the first claim's classes in growing sets: those that carry
+// the most preferred labels, then those with at least the next most, and
+// so on to all of them; without preferred labels there is one tier. The
+// sets grow, rather than partition, so that a request for several devices
+// may mix devices that carry the preferred labels with devices that do not.
 func tiers(classes []*class, sel *LabelSelector) [][]*class {
 	if len(sel.Preferred) == 0 || len(classes) == 0 {
 		return [][]*class{classes}
@@ -173,7 +251,13 @@ func tiers(classes []*class, sel *LabelSelector) [][]*class {
 	sort.Sort(sort.Reverse(sort.IntSlice(scores)))
 	out := make([][]*class, 0, len(scores))
 	for _, k := range scores {
-		out = append(out, byScore[k])
+		var tier []*class
+		for _, c := range classes {
+			if preferredScore(c, sel) >= k {
+				tier = append(tier, c)
+			}
+		}
+		out = append(out, tier)
 	}
 	return out
 }
@@ -189,7 +273,9 @@ func (s *State) place(r *Request, pc PolicyConfig, ov *overlay) *placement {
 	for _, tier := range tiers(fits[0], &r.Labels) {
 		fits[0] = tier
 		var p *placement
-		if len(r.Claims) == 1 && r.Claims[0].Count == 1 && ov == nil && pc.Policy != FragmentationAware {
+		if pc.Policy == FragmentationAware && ov == nil {
+			p = s.placeFrag(r, fits)
+		} else if len(r.Claims) == 1 && r.Claims[0].Count == 1 && ov == nil {
 			p = s.placeOne(r, pc.Policy, tier)
 		} else {
 			p = s.placeOnHosts(r, pc.Policy, fits, ov, nil)
@@ -204,9 +290,84 @@ func (s *State) place(r *Request, pc PolicyConfig, ov *overlay) *placement {
 // placeOne places a one-device request through the class index.
 func (s *State) placeOne(r *Request, pol Policy, classes []*class) *placement {
 	cl := &r.Claims[0]
-	if pol == LoadBalanced {
+	var best *Device
+	switch pol {
+	case LoadBalanced:
 		return s.placeLeastLoaded(r, classes)
+	case FirstFit:
+		best = s.firstFitting(classes, cl, "")
+	case RoundRobin:
+		if after := s.cursors[cl.Type]; after != "" {
+			best = s.firstFitting(classes, cl, after)
+		}
+		if best == nil {
+			best = s.firstFitting(classes, cl, "")
+		}
+	case WorstFit:
+		best = s.bestScored(classes, cl, true)
+	default: // BestFit, PriorityBased
+		best = s.bestScored(classes, cl, false)
 	}
+	if best == nil {
+		return nil
+	}
+	amt, _ := take(best.cls, cl)
+	return &placement{host: best.Host, assign: []Assignment{{DeviceID: best.ID, Claim: 0, Amount: amt.resources()}}}
+}
+
+// firstFitting is the fitting device with the lowest ID after the given
+// one ("" for none) among the classes. The first free device of an
+// exclusive class always fits, so those classes cost one tree lookup
+// each and only the winner is looked at.
+func (s *State) firstFitting(classes []*class, cl *Claim, after string) *Device {
+	var best *Device
+	firstID := ""
+	pivot := ""
+	if after != "" {
+		pivot = after + "\x00"
+	}
+	for _, c := range classes {
+		if c.shareable {
+			if d := s.firstFree(c, cl, after); d != nil && (best == nil || d.ID < best.ID) {
+				best = d
+			}
+			continue
+		}
+		var id string
+		var ok bool
+		if pivot == "" {
+			id, ok = c.free.Min()
+		} else {
+			id, ok = s.firstFrom(c.free, pivot)
+		}
+		if ok && (firstID == "" || id < firstID) {
+			firstID = id
+		}
+	}
+	if firstID == "" || (best != nil && best.ID < firstID) {
+		return best
+	}
+	d := s.devices[firstID]
+	amt, whole := take(d.cls, cl)
+	if s.fits(d, amt, whole, nil) {
+		return d
+	}
+	// The index disagrees with the devices: look device by device.
+	best = nil
+	for _, c := range classes {
+		if d := s.firstFree(c, cl, after); d != nil && (best == nil || d.ID < best.ID) {
+			best = d
+		}
+	}
+	return best
+}
+
+// bestScored is the fitting device with the lowest score (waste under
+// BestFit, minus waste under WorstFit), the lowest ID among equals. A
+// claim that takes whole devices scores the same on every device of a
+// class, so the classes with the best such score are searched first and
+// classes that cannot beat the pick so far are skipped.
+func (s *State) bestScored(classes []*class, cl *Claim, worst bool) *Device {
 	var best *Device
 	bestScore := 0.0
 	consider := func(d *Device, score float64) {
@@ -217,44 +378,74 @@ func (s *State) placeOne(r *Request, pol Policy, classes []*class) *placement {
 			best, bestScore = d, score
 		}
 	}
-	switch pol {
-	case FirstFit:
-		for _, c := range classes {
-			consider(s.firstFree(c, cl, ""), 0)
+	pick := func(c *class) *Device {
+		if worst {
+			return s.mostFree(c, cl)
 		}
-	case RoundRobin:
-		after := s.cursors[cl.Type]
-		for _, c := range classes {
-			consider(s.firstFree(c, cl, after), 0)
-		}
-		if best == nil {
-			for _, c := range classes {
-				consider(s.firstFree(c, cl, ""), 0)
+		return s.leastFree(c, cl)
+	}
+	var buf [64]float64
+	scores := buf[:0]
+	if len(classes) > len(buf) {
+		scores = make([]float64, 0, len(classes))
+	}
+	lo, haveLo := 0.0, false
+	norm := s.normOf(cl.Type)
+	for _, c := range classes {
+		sc := 0.0
+		if wholeTake(c, cl) {
+			sc = wholeWaste(c, cl, norm)
+			if worst {
+				sc = -sc
+			}
+			if c.free.Len() > 0 && (!haveLo || sc < lo) {
+				lo, haveLo = sc, true
 			}
 		}
-	case WorstFit:
-		for _, c := range classes {
-			if d := s.mostFree(c, cl); d != nil {
-				consider(d, -s.waste(d, cl, nil))
-			}
-		}
-	default: // BestFit, PriorityBased
-		for _, c := range classes {
-			if d := s.leastFree(c, cl); d != nil {
-				consider(d, s.waste(d, cl, nil))
-			}
+		scores = append(scores, sc)
+	}
+	for i, c := range classes {
+		if wholeTake(c, cl) && c.free.Len() > 0 && scores[i] == lo {
+			consider(pick(c), lo)
 		}
 	}
-	if best == nil {
-		return nil
+	for i, c := range classes {
+		if !wholeTake(c, cl) {
+			if d := pick(c); d != nil {
+				sc := s.waste(d, cl, nil)
+				if worst {
+					sc = -sc
+				}
+				consider(d, sc)
+			}
+			continue
+		}
+		// A class without free devices has no pick; one at lo was seen.
+		if c.free.Len() == 0 || scores[i] == lo || (best != nil && scores[i] > bestScore) {
+			continue
+		}
+		consider(pick(c), scores[i])
 	}
-	amt, _ := take(best.cls, cl)
-	return &placement{host: best.Host, assign: []Assignment{{DeviceID: best.ID, Claim: 0, Amount: amt.resources()}}}
+	return best
 }
+
+// wholeTake reports whether a claim takes whole devices of class c.
+func wholeTake(c *class, cl *Claim) bool { return !c.shareable || cl.Amount.IsZero() }
 
 // firstFree is the first device of c after the given ID that fits.
 func (s *State) firstFree(c *class, cl *Claim, after string) *Device {
 	amt, whole := take(c, cl)
+	if !c.shareable && after == "" {
+		// The first free device of an exclusive class fits, unless the
+		// index disagrees with the devices.
+		id, ok := c.free.Min()
+		if !ok {
+			return nil
+		}
+		if d := s.devices[id]; s.fits(d, amt, whole, nil) {
+			return d
+		}
+	}
 	var found *Device
 	c.free.AscendGreaterOrEqual(after+"\x00", func(id string) bool {
 		d := s.devices[id]
@@ -275,7 +466,9 @@ func (s *State) leastFree(c *class, cl *Claim) *Device {
 	}
 	amt, whole := take(c, cl)
 	var found *Device
-	c.byFree.AscendGreaterOrEqual(freeKey{free: amt[c.primary] - eps}, func(k freeKey) bool {
+	// A device with amt free in every dimension has at least amt's key.
+	low := shareKey(amt, s.normOf(c.typ)) - 1e-6
+	c.byFree.AscendGreaterOrEqual(freeKey{free: low}, func(k freeKey) bool {
 		d := s.devices[k.id]
 		if s.fits(d, amt, whole, nil) {
 			found = d
@@ -286,68 +479,77 @@ func (s *State) leastFree(c *class, cl *Claim) *Device {
 	return found
 }
 
-// mostFree is the fitting device of c with the most free capacity.
+// mostFree is the fitting device of c with the most free capacity, the
+// lowest ID among equals. It searches key by key from the top, each key's
+// devices in ID order, so equal keys cost no more than the first fit.
 func (s *State) mostFree(c *class, cl *Claim) *Device {
 	if !c.shareable {
 		return s.firstFree(c, cl, "")
 	}
 	amt, whole := take(c, cl)
-	var found *Device
-	var top float64
-	c.byFree.Descend(func(k freeKey) bool {
-		if found != nil && k.free < top {
-			return false
-		}
-		d := s.devices[k.id]
-		if s.fits(d, amt, whole, nil) {
-			if found == nil || d.ID < found.ID {
-				found, top = d, k.free
+	top, ok := c.byFree.Max()
+	for ok {
+		level := top.free
+		var found *Device
+		c.byFree.AscendGreaterOrEqual(freeKey{free: level}, func(k freeKey) bool {
+			if k.free != level {
+				return false
 			}
+			if d := s.devices[k.id]; s.fits(d, amt, whole, nil) {
+				found = d
+				return false
+			}
+			return true
+		})
+		if found != nil {
+			return found
 		}
-		return true
-	})
-	return found
+		// The next lower key: IDs are never empty, so {level, ""} sorts
+		// before every entry with this key.
+		ok = false
+		c.byFree.DescendLessOrEqual(freeKey{free: level}, func(k freeKey) bool {
+			top, ok = k, true
+			return false
+		})
+	}
+	return nil
 }
 
 // placeLeastLoaded walks hosts from least to most utilised for the type and
-// takes the least used fitting device on the first host that has one.
+// takes the least used fitting device on the first host that has one (a
+// host counts when one of its devices of the classes is free in the index).
 func (s *State) placeLeastLoaded(r *Request, classes []*class) *placement {
 	cl := &r.Claims[0]
 	tree := s.idx.load[cl.Type]
 	if tree == nil {
 		return nil
 	}
-	in := map[*class]bool{}
-	for _, c := range classes {
-		in[c] = true
-	}
+	mark := s.markClasses(classes)
 	var best *Device
-	var bestUtil float64
 	tree.Ascend(func(k loadKey) bool {
 		h := s.hosts[k.host]
 		usable := false
-		for _, c := range classes {
-			if c.hostFree[h.ID] > 0 {
-				usable = true
-				break
-			}
-		}
-		if !usable {
-			return true
-		}
+		var pick *Device
+		var pickUtil float64
 		for _, id := range h.Devices {
 			d := s.devices[id]
-			if !in[d.cls] {
+			if d.cls.mark != mark {
 				continue
+			}
+			if d.indexed {
+				usable = true
 			}
 			amt, whole := take(d.cls, cl)
 			if !s.fits(d, amt, whole, nil) {
 				continue
 			}
 			u := deviceUtil(d)
-			if best == nil || u < bestUtil {
-				best, bestUtil = d, u
+			if pick == nil || u < pickUtil {
+				pick, pickUtil = d, u
 			}
+		}
+		if usable {
+			best = pick
 		}
 		return best == nil
 	})
@@ -410,17 +612,31 @@ func (s *State) placeOnHosts(r *Request, pol Policy, fits [][]*class, ov *overla
 		case LoadBalanced:
 			score = hostUtil(h, r.Claims[0].Type)
 		case WorstFit:
-			score = -s.hostLeftover(h, r, local)
+			score = -s.hostLeftover(h, r, local) - s.stranded(r, assign)
 		case FragmentationAware:
 			score = s.fragDelta(h, r, ov, local)
 		default:
-			score = s.hostLeftover(h, r, local)
+			score = s.hostLeftover(h, r, local) + s.stranded(r, assign)
 		}
 		if best == nil || score < bestScore {
 			best, bestScore = &placement{host: hid, assign: assign}, score
 		}
 	}
 	return best
+}
+
+// stranded is what the whole devices of a placement hold beyond their
+// claims' thresholds, on the type's common scale: the device-level waste
+// of BestFit and WorstFit, which the host's leftover does not see.
+func (s *State) stranded(r *Request, assign []Assignment) float64 {
+	w := 0.0
+	for _, as := range assign {
+		d, cl := s.devices[as.DeviceID], &r.Claims[as.Claim]
+		if wholeTake(d.cls, cl) {
+			w += s.classWaste(d.cls, cl)
+		}
+	}
+	return w
 }
 
 func hostUtil(h *Host, t DeviceType) float64 {

@@ -123,12 +123,20 @@ func (s *State) victimsOn(h *Host, r *Request, limit int) []*Allocation {
 }
 
 // freeInto records in ov what ending allocation a would free.
+// An allocation may hold a shareable device for several claims, but it
+// counts once among the device's allocations.
 func freeInto(ov *overlay, a *Allocation) {
+	counted := map[string]bool{}
 	for _, as := range a.Devices {
 		v := as.Amount.vec()
 		for i := range v {
 			v[i] = -v[i]
 		}
-		ov.add(as.DeviceID, v, -1)
+		n := 0
+		if !counted[as.DeviceID] {
+			counted[as.DeviceID] = true
+			n = -1
+		}
+		ov.add(as.DeviceID, v, n)
 	}
 }

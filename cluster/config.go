@@ -1,0 +1,216 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	sockaddr "github.com/hashicorp/go-sockaddr"
+
+	"github.com/dmsc/dmsc/fsm"
+)
+
+// Default ports. The HTTP API (not part of this package) uses 4646.
+const (
+	DefaultRPCPort    = 4647
+	DefaultRaftPort   = 4648
+	DefaultGossipPort = 4649
+)
+
+// InventoryFunc reports the host this node runs on and its devices. It is
+// called when a server asks for the inventory and every InventoryInterval to
+// notice changes. The host ID is always the node ID: an ID returned here is
+// overwritten.
+type InventoryFunc func() (fsm.HostSpec, []fsm.DeviceSpec, error)
+
+// Config configures a Node. Zero values take the defaults of DefaultConfig,
+// except ports, where 0 means "any free port" (tests), and DataDir, where ""
+// keeps everything in memory (dev mode, tests).
+type Config struct {
+	// NodeID names the node in gossip and, for a server, in the Raft
+	// configuration. It must be unique in the cluster and stable across
+	// restarts. A host's ID in the scheduler state is its NodeID.
+	NodeID string
+	// DataDir holds the Raft log, stable store and snapshots. Empty keeps
+	// them in memory: nothing survives a restart.
+	DataDir string
+	// BindAddr is the IP every listener binds ("0.0.0.0" for all).
+	BindAddr string
+	// AdvertiseAddr is the IP other nodes use to reach this one. Empty means
+	// BindAddr when that is a specific address, else the first private IP.
+	AdvertiseAddr string
+	// RaftPort, RPCPort and GossipPort are the TCP ports of Raft, the
+	// node-to-node RPC and memberlist (which also uses UDP on GossipPort).
+	// 0 picks a free port; Self() reports the ports in use.
+	RaftPort   int
+	RPCPort    int
+	GossipPort int
+	// HTTPAddr is the address of this node's HTTP API, advertised in gossip
+	// so that Members and Leader can report it. Optional.
+	HTTPAddr string
+
+	// Server makes the node a Raft voter holding the replicated state.
+	Server bool
+	// BootstrapExpect is the number of servers to wait for before the first
+	// election of a new cluster (1 for a single-node dev cluster). 0 never
+	// bootstraps: the server waits to be added by a running cluster. It is
+	// ignored when the data directory already holds Raft state.
+	BootstrapExpect int
+	// Join lists gossip addresses (host:port) of nodes already in, or
+	// starting, the cluster. Start keeps retrying every RetryJoinInterval
+	// until one answers.
+	Join              []string
+	RetryJoinInterval time.Duration
+
+	// Raft timing. Defaults suit a LAN: a lost leader is replaced in about
+	// one second.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// trigger a new one (checked every SnapshotInterval). TrailingLogs are
+	// kept after a snapshot so that slightly lagging followers can catch up
+	// from the log instead of a snapshot install. SnapshotRetain is how many
+	// snapshots stay on disk.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	SnapshotRetain    int
+
+	// TickInterval is how often the leader proposes a tick (time passing)
+	// when no deadline falls due sooner.
+	TickInterval time.Duration
+	// ReconcileInterval is how often the leader reconciles gossip with the
+	// Raft configuration and the registered hosts (it also reacts to gossip
+	// events at once).
+	ReconcileInterval time.Duration
+	// DeadServerGrace is how long a server may be failed in gossip before
+	// the leader removes it from the Raft configuration. A server that
+	// leaves with Leave is removed at once.
+	DeadServerGrace time.Duration
+	// HostDownGrace is how long a host may be gone from gossip before the
+	// leader marks it down (devices offline, allocations lost).
+	HostDownGrace time.Duration
+	// NoLeaderHold bounds how long a write or consistent read waits for a
+	// leader before it fails with the retryable ErrNoLeader.
+	NoLeaderHold time.Duration
+
+	// GossipProbeInterval and GossipSuspicionMult tune failure detection
+	// (memberlist LAN defaults when zero: 1s and 4).
+	GossipProbeInterval time.Duration
+	GossipSuspicionMult int
+
+	// Inventory makes the node a device host: it advertises the host role
+	// and answers inventory requests. Required when Server is false; a
+	// server may also carry devices.
+	Inventory InventoryFunc
+	// InventoryInterval is how often Inventory is re-read to notice changes.
+	InventoryInterval time.Duration
+
+	// Version is advertised in gossip.
+	Version string
+	// Logger receives every log line of Raft, memberlist and the node.
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns a server configuration with the default ports and
+// timings; set NodeID, DataDir, Join and BootstrapExpect.
+func DefaultConfig() Config {
+	c := Config{
+		BindAddr:   "0.0.0.0",
+		RaftPort:   DefaultRaftPort,
+		RPCPort:    DefaultRPCPort,
+		GossipPort: DefaultGossipPort,
+		Server:     true,
+	}
+	c.fillDefaults()
+	return c
+}
+
+// fillDefaults sets every zero duration and count to its default.
+func (c *Config) fillDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.RetryJoinInterval, 2*time.Second)
+	def(&c.HeartbeatTimeout, 500*time.Millisecond)
+	def(&c.ElectionTimeout, 500*time.Millisecond)
+	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
+	def(&c.CommitTimeout, 20*time.Millisecond)
+	def(&c.SnapshotInterval, 30*time.Second)
+	def(&c.TickInterval, 5*time.Second)
+	def(&c.ReconcileInterval, time.Second)
+	def(&c.DeadServerGrace, 10*time.Minute)
+	def(&c.HostDownGrace, 30*time.Second)
+	def(&c.NoLeaderHold, 5*time.Second)
+	def(&c.InventoryInterval, 30*time.Second)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.SnapshotRetain <= 0 {
+		c.SnapshotRetain = 2
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = "127.0.0.1"
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+}
+
+// validate checks the configuration after defaults are filled and resolves
+// the advertise address.
+func (c *Config) validate() error {
+	if c.NodeID == "" {
+		return fmt.Errorf("%w: node id is empty", ErrConfig)
+	}
+	if len(c.NodeID) > 128 || strings.ContainsAny(c.NodeID, " \t\r\n/") {
+		return fmt.Errorf("%w: node id %q is longer than 128 bytes or has spaces or slashes", ErrConfig, c.NodeID)
+	}
+	if !c.Server && c.Inventory == nil {
+		return fmt.Errorf("%w: a host node needs an inventory", ErrConfig)
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > 7 {
+		return fmt.Errorf("%w: bootstrap-expect %d out of 0..7", ErrConfig, c.BootstrapExpect)
+	}
+	if !c.Server && c.BootstrapExpect != 0 {
+		return fmt.Errorf("%w: bootstrap-expect needs a server", ErrConfig)
+	}
+	for _, p := range []int{c.RaftPort, c.RPCPort, c.GossipPort} {
+		if p < 0 || p > 65535 {
+			return fmt.Errorf("%w: port %d out of range", ErrConfig, p)
+		}
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout/2 || c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return fmt.Errorf("%w: leader lease must not exceed the heartbeat timeout", ErrConfig)
+	}
+	if net.ParseIP(c.BindAddr) == nil {
+		return fmt.Errorf("%w: bind address %q is not an IP", ErrConfig, c.BindAddr)
+	}
+	if c.AdvertiseAddr == "" {
+		if ip := net.ParseIP(c.BindAddr); !ip.IsUnspecified() {
+			c.AdvertiseAddr = c.BindAddr
+		} else {
+			priv, err := sockaddr.GetPrivateIP()
+			if err != nil || priv == "" {
+				return fmt.Errorf("%w: no private IP to advertise; set the advertise address", ErrConfig)
+			}
+			c.AdvertiseAddr = priv
+		}
+	}
+	if ip := net.ParseIP(c.AdvertiseAddr); ip == nil || ip.IsUnspecified() {
+		return fmt.Errorf("%w: advertise address %q is not a usable IP", ErrConfig, c.AdvertiseAddr)
+	}
+	return nil
+}

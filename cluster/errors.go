@@ -1,0 +1,51 @@
+package cluster
+
+import (
+	"errors"
+
+	"github.com/dmsc/dmsc/fsm"
+)
+
+// Errors of the cluster layer. They are *fsm.Error values, so one error type
+// with a stable code crosses every layer (the node RPC and the HTTP API
+// answer the code verbatim); compare with errors.Is. IsRetryable says which
+// ones a client should retry (with the same request ID) on this or another
+// node.
+var (
+	// ErrNoLeader: no leader was known within Config.NoLeaderHold. Retryable.
+	ErrNoLeader = &fsm.Error{Code: "no_leader", Message: "no cluster leader"}
+	// ErrNotLeader: an operation that only the leader performs reached a
+	// node that is not (or no longer) the leader. Retryable.
+	ErrNotLeader = &fsm.Error{Code: "not_leader", Message: "node is not the leader"}
+	// ErrShutdown: the node is shutting down or not started. Retryable on
+	// another node.
+	ErrShutdown = &fsm.Error{Code: "shutdown", Message: "node is shut down"}
+	// ErrTimeout: the context ended before the outcome was known; a write
+	// may or may not have been applied. Retry with the same request ID.
+	ErrTimeout = &fsm.Error{Code: "timeout", Message: "timed out; outcome unknown"}
+	// ErrNotServer: the operation needs the replicated state, which a host
+	// node does not hold.
+	ErrNotServer = &fsm.Error{Code: "not_server", Message: "node is not a server"}
+	// ErrConfig: the configuration is invalid.
+	ErrConfig = &fsm.Error{Code: "bad_config", Message: "invalid configuration"}
+)
+
+var retryable = map[string]bool{
+	ErrNoLeader.Code:  true,
+	ErrNotLeader.Code: true,
+	ErrShutdown.Code:  true,
+	ErrTimeout.Code:   true,
+}
+
+// IsRetryable reports whether err is a cluster condition that a client may
+// retry (with the same request ID): no leader, leader lost, node shutting
+// down, outcome unknown.
+func IsRetryable(err error) bool {
+	var e *fsm.Error
+	return errors.As(err, &e) && retryable[e.Code]
+}
+
+// clusterErr makes an instance of a sentinel with more detail.
+func clusterErr(sentinel *fsm.Error, detail string) *fsm.Error {
+	return &fsm.Error{Code: sentinel.Code, Message: sentinel.Message + ": " + detail}
+}

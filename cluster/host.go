@@ -1,0 +1,54 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport"
+)
+
+// refreshInventory reads the inventory and, when it changed, updates the
+// hash this node advertises in gossip.
+func (n *Node) refreshInventory() error {
+	host, devices, err := n.cfg.Inventory()
+	if err != nil {
+		return fmt.Errorf("inventory: %w", err)
+	}
+	if len(devices) > fsm.MaxDevicesPerHost {
+		return fmt.Errorf("inventory: %d devices, more than %d", len(devices), fsm.MaxDevicesPerHost)
+	}
+	host.ID = n.cfg.NodeID
+	inv := transport.InventoryResponse{Host: host, Devices: devices}
+	hash := transport.InventoryHash(inv)
+	n.invMu.Lock()
+	changed := hash != n.invHash
+	n.inv, n.invHash = inv, hash
+	n.invMu.Unlock()
+	if changed && n.ml != nil {
+		n.log.Info("inventory changed", "devices", len(devices), "hash", hash)
+		if err := n.ml.UpdateNode(gossipTimeout(n.baseCtx)); err != nil {
+			n.log.Warn("advertising the new inventory failed", "error", err)
+		}
+	}
+	return nil
+}
+
+// inventoryLoop re-reads the inventory every InventoryInterval.
+func (n *Node) inventoryLoop() {
+	for n.sleep(n.cfg.InventoryInterval) {
+		if err := n.refreshInventory(); err != nil {
+			n.log.Warn("reading the inventory failed; keeping the last one", "error", err)
+		}
+	}
+}
+
+// RPCInventory answers a server asking for this host's devices.
+func (n *Node) RPCInventory(ctx context.Context) (transport.InventoryResponse, error) {
+	if n.cfg.Inventory == nil {
+		return transport.InventoryResponse{}, &fsm.Error{Code: fsm.ErrNotFound.Code, Message: "node " + n.cfg.NodeID + " carries no devices"}
+	}
+	n.invMu.Lock()
+	defer n.invMu.Unlock()
+	return n.inv, nil
+}

@@ -1,0 +1,633 @@
+// Package cluster runs a dmsc node: Raft over the scheduler state with its
+// storage, memberlist gossip, membership reconcile, leader forwarding, and
+// the leader's ticks and host tracking. See DESIGN.md in this directory.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport"
+)
+
+// Node is one running dmsc agent: a server (Raft voter with the replicated
+// state) or a host (gossip member with devices), or a server with devices.
+// All methods are safe for concurrent use.
+type Node struct {
+	cfg Config
+	log hclog.Logger
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+
+	shutdownCh chan struct{}
+	// baseCtx ends when the node shuts down.
+	baseCtx    context.Context
+	cancelBase context.CancelFunc
+	wg         sync.WaitGroup // background loops
+
+	raftAddr, rpcAddr, gossipAddr string
+
+	// Server parts; nil on hosts. raftMu guards raftClosed: see raftCall.
+	raftMu       sync.RWMutex
+	raftClosed   bool
+	fsm          *fsm.RaftFSM
+	raft         *raft.Raft
+	raftTrans    *raft.NetworkTransport
+	stores       *raftStores
+	leaderNotify chan bool
+	// leaderReady is set while this node leads and has applied its first
+	// command of the term (the barrier): then its commit index covers every
+	// entry of earlier terms, and reads and duties may start.
+	leaderReady atomic.Bool
+
+	rpcSrv *transport.RPCServer
+	rpc    *transport.RPCClient
+
+	ml      *memberlist.Memberlist
+	members *members
+	leaving atomic.Bool
+
+	// Host inventory (nodes with Config.Inventory).
+	invMu   sync.Mutex
+	inv     transport.InventoryResponse
+	invHash string
+
+	// Leader-only bookkeeping, touched by the reconcile loop alone.
+	serverMissing map[string]time.Time
+	hostMissing   map[string]time.Time
+	hostInv       map[string]string
+	hostRetry     map[string]time.Time
+
+	nextServer atomic.Uint64 // round robin of a host forwarding writes
+}
+
+// New checks the configuration and returns a node that is not started.
+func New(cfg Config) (*Node, error) {
+	cfg.Join = append([]string(nil), cfg.Join...)
+	cfg.fillDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:        cfg,
+		log:        cfg.Logger.Named("cluster"),
+		shutdownCh: make(chan struct{}),
+		members:    newMembers(),
+		rpc:        transport.NewRPCClient(nil),
+	}
+	n.baseCtx, n.cancelBase = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// Start opens the stores, starts Raft (servers), the node RPC listener and
+// gossip, and joins the cluster in the background (retrying every
+// RetryJoinInterval). It returns once the node is listening; use
+// WaitForLeader to wait for the cluster to be usable. A node is started
+// once; after Shutdown make a new one. On error everything opened is
+// closed again.
+func (n *Node) Start(ctx context.Context) (err error) {
+	n.mu.Lock()
+	if n.started || n.stopped {
+		n.mu.Unlock()
+		return clusterErr(ErrShutdown, "node already started or stopped")
+	}
+	n.started = true
+	n.mu.Unlock()
+	defer func() {
+		if err != nil {
+			n.closeAll(context.Background())
+		}
+	}()
+
+	if n.cfg.Inventory != nil {
+		if err := n.refreshInventory(); err != nil {
+			return err
+		}
+	}
+	rpcLn, err := net.Listen("tcp", net.JoinHostPort(n.cfg.BindAddr, strconv.Itoa(n.cfg.RPCPort)))
+	if err != nil {
+		return fmt.Errorf("rpc listener: %w", err)
+	}
+	n.rpcAddr = net.JoinHostPort(n.cfg.AdvertiseAddr, strconv.Itoa(rpcLn.Addr().(*net.TCPAddr).Port))
+	if n.cfg.Server {
+		if err := n.startRaft(); err != nil {
+			rpcLn.Close()
+			return err
+		}
+	}
+	n.rpcSrv = transport.ServeRPC(n.baseCtx, rpcLn, n, n.log.Named("rpc"))
+	if err := n.startGossip(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.goLoop(n.joinLoop)
+	if n.cfg.Server {
+		n.goLoop(n.monitorLeadership)
+		n.goLoop(n.bootstrapLoop)
+	}
+	if n.cfg.Inventory != nil {
+		n.goLoop(n.inventoryLoop)
+	}
+	n.log.Info("node started", "id", n.cfg.NodeID, "server", n.cfg.Server, "host", n.cfg.Inventory != nil,
+		"rpc", n.rpcAddr, "raft", n.raftAddr, "gossip", n.gossipAddr)
+	return nil
+}
+
+func (n *Node) goLoop(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+func (n *Node) startRaft() error {
+	stores, err := n.openStores()
+	if err != nil {
+		return err
+	}
+	n.stores = stores
+	ln, err := net.Listen("tcp", net.JoinHostPort(n.cfg.BindAddr, strconv.Itoa(n.cfg.RaftPort)))
+	if err != nil {
+		return fmt.Errorf("raft listener: %w", err)
+	}
+	adv := &net.TCPAddr{IP: net.ParseIP(n.cfg.AdvertiseAddr), Port: ln.Addr().(*net.TCPAddr).Port}
+	n.raftAddr = adv.String()
+	n.raftTrans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  newRaftStream(ln, adv),
+		MaxPool: 3,
+		Timeout: raftIOTimeout,
+		Logger:  n.log.Named("raft-net"),
+	})
+	n.fsm = fsm.NewRaftFSM(fsm.New())
+	n.leaderNotify = make(chan bool, 16)
+	existing, err := raft.HasExistingState(stores.logs, stores.stable, stores.snaps)
+	if err != nil {
+		return fmt.Errorf("read raft state: %w", err)
+	}
+	r, err := raft.NewRaft(n.raftConfig(), n.fsm, stores.logs, stores.stable, stores.snaps, n.raftTrans)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.raft = r
+	if !existing && n.cfg.BootstrapExpect == 1 {
+		cfg := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.raftAddr),
+		}}}
+		if err := r.BootstrapCluster(cfg).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+func (n *Node) localMeta() []byte {
+	m := nodeMeta{RPC: n.rpcAddr, HTTP: n.cfg.HTTPAddr, Version: n.cfg.Version, Leaving: n.leaving.Load()}
+	switch {
+	case n.cfg.Server && n.cfg.Inventory != nil:
+		m.Role = "sh"
+	case n.cfg.Server:
+		m.Role = "s"
+	default:
+		m.Role = "h"
+	}
+	if n.cfg.Server {
+		m.Raft = n.raftAddr
+		m.Expect = n.cfg.BootstrapExpect
+	}
+	if n.cfg.Inventory != nil {
+		n.invMu.Lock()
+		m.Inv = n.invHash
+		n.invMu.Unlock()
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func (n *Node) startGossip() error {
+	c := memberlist.DefaultLANConfig()
+	c.Name = n.cfg.NodeID
+	c.BindAddr = n.cfg.BindAddr
+	c.BindPort = n.cfg.GossipPort
+	c.AdvertiseAddr = n.cfg.AdvertiseAddr
+	c.AdvertisePort = n.cfg.GossipPort
+	if n.cfg.GossipProbeInterval > 0 {
+		c.ProbeInterval = n.cfg.GossipProbeInterval
+		if c.ProbeTimeout > c.ProbeInterval/2 {
+			c.ProbeTimeout = c.ProbeInterval / 2
+		}
+		c.GossipInterval = min(c.GossipInterval, c.ProbeInterval/2)
+	}
+	if n.cfg.GossipSuspicionMult > 0 {
+		c.SuspicionMult = n.cfg.GossipSuspicionMult
+	}
+	// A node restarted on another address may take its name back once
+	// the old incarnation is known dead.
+	c.DeadNodeReclaimTime = 30 * time.Second
+	c.Delegate = metaDelegate{meta: n.localMeta}
+	c.Events = n.members
+	c.Logger = n.cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	ml, err := memberlist.Create(c)
+	if err != nil {
+		return fmt.Errorf("gossip: %w", err)
+	}
+	n.ml = ml
+	n.gossipAddr = net.JoinHostPort(n.cfg.AdvertiseAddr, strconv.Itoa(int(ml.LocalNode().Port)))
+	return nil
+}
+
+// joinLoop joins the configured addresses, retrying until one answers.
+func (n *Node) joinLoop() {
+	if len(n.cfg.Join) == 0 {
+		return
+	}
+	for {
+		k, err := n.ml.Join(n.cfg.Join)
+		if k > 0 {
+			n.log.Info("joined the cluster", "contacted", k)
+			return
+		}
+		n.log.Warn("join failed; retrying", "addresses", n.cfg.Join, "error", err, "in", n.cfg.RetryJoinInterval)
+		if !n.sleep(n.cfg.RetryJoinInterval) {
+			return
+		}
+	}
+}
+
+// sleep waits d or until shutdown; false on shutdown.
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.shutdownCh:
+		return false
+	}
+}
+
+// running returns ErrShutdown unless the node is started and not stopped.
+func (n *Node) running() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.started || n.stopped {
+		return ErrShutdown
+	}
+	return nil
+}
+
+// Self describes this node as gossip advertises it, with the addresses in
+// use (ports resolved when configured as 0).
+func (n *Node) Self() Member {
+	m := Member{
+		ID: n.cfg.NodeID, Server: n.cfg.Server, Host: n.cfg.Inventory != nil,
+		GossipAddr: n.gossipAddr, RaftAddr: n.raftAddr, RPCAddr: n.rpcAddr, HTTPAddr: n.cfg.HTTPAddr,
+		Version: n.cfg.Version, Status: MemberAlive, Leader: n.IsLeader(),
+	}
+	if info, ok := n.members.get(n.cfg.NodeID); ok {
+		m.Since = info.since
+	}
+	return m
+}
+
+// Members lists the nodes gossip knows, servers and hosts, alive or not,
+// sorted by ID.
+func (n *Node) Members() []Member {
+	leader, _ := n.Leader()
+	list := n.members.list()
+	out := make([]Member, 0, len(list))
+	for _, m := range list {
+		e := m.export()
+		e.Leader = e.Server && e.ID == leader.ID
+		out = append(out, e)
+	}
+	return out
+}
+
+// Leader returns the current leader as this node knows it. A host knows
+// no leader.
+func (n *Node) Leader() (LeaderInfo, bool) {
+	if n.raft == nil {
+		return LeaderInfo{}, false
+	}
+	addr, id := n.raft.LeaderWithID()
+	if id == "" {
+		return LeaderInfo{}, false
+	}
+	l := LeaderInfo{ID: string(id), RaftAddr: string(addr)}
+	if string(id) == n.cfg.NodeID {
+		l.RPCAddr, l.HTTPAddr = n.rpcAddr, n.cfg.HTTPAddr
+	} else if m, ok := n.members.get(string(id)); ok {
+		l.RPCAddr, l.HTTPAddr = m.meta.RPC, m.meta.HTTP
+	}
+	return l, true
+}
+
+// IsLeader reports whether this node is the Raft leader.
+func (n *Node) IsLeader() bool {
+	return n.raft != nil && n.raft.State() == raft.Leader
+}
+
+// WaitForLeader waits until a leader is known (and, on the leader itself,
+// until it has taken up its duties). A host waits until it sees a server
+// in gossip.
+func (n *Node) WaitForLeader(ctx context.Context) error {
+	for {
+		if err := n.running(); err != nil {
+			return err
+		}
+		if n.raft == nil {
+			if len(n.aliveServers()) > 0 {
+				return nil
+			}
+		} else if l, ok := n.Leader(); ok && (l.ID != n.cfg.NodeID || n.leaderReady.Load()) {
+			return nil
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w: %w", clusterErr(ErrNoLeader, "waiting for a leader"), ctx.Err())
+		case <-n.shutdownCh:
+			t.Stop()
+			return ErrShutdown
+		case <-t.C:
+		}
+	}
+}
+
+// aliveServers lists the RPC addresses of live servers other than this node.
+func (n *Node) aliveServers() []string {
+	var out []string
+	for _, m := range n.members.list() {
+		if m.id != n.cfg.NodeID && m.status == MemberAlive && m.meta.server() && !m.meta.Leaving && m.meta.RPC != "" {
+			out = append(out, m.meta.RPC)
+		}
+	}
+	return out
+}
+
+// Status summarises the node for health and readiness checks.
+func (n *Node) Status() Status {
+	s := Status{ID: n.cfg.NodeID, Server: n.cfg.Server, Host: n.cfg.Inventory != nil}
+	if n.running() != nil {
+		s.State = "Shutdown"
+		return s
+	}
+	if n.raft == nil {
+		s.Ready = n.ml != nil && n.ml.NumMembers() > 1
+		return s
+	}
+	s.State = n.raft.State().String()
+	if l, ok := n.Leader(); ok {
+		s.Leader, s.KnownLeader = l.ID, true
+	}
+	s.CommitIndex = n.raft.CommitIndex()
+	s.AppliedIndex, _ = n.fsm.Indexes()
+	s.Term = n.raft.CurrentTerm()
+	s.LastContact = n.lastContact()
+	caughtUp := s.CommitIndex <= s.AppliedIndex+ReadyLag
+	if n.IsLeader() {
+		s.Ready = n.leaderReady.Load()
+	} else {
+		s.Ready = s.KnownLeader && caughtUp && s.LastContact >= 0 && s.LastContact < 10*n.cfg.HeartbeatTimeout
+	}
+	return s
+}
+
+// lastContact is the time since the leader was last heard from: 0 on the
+// leader, -1 when never.
+func (n *Node) lastContact() time.Duration {
+	if n.IsLeader() {
+		return 0
+	}
+	lc := n.raft.LastContact()
+	if lc.IsZero() {
+		return -1
+	}
+	return time.Since(lc)
+}
+
+// RaftConfiguration returns the latest Raft configuration this server
+// knows. ErrNotServer on hosts.
+func (n *Node) RaftConfiguration() (RaftConfiguration, error) {
+	if n.raft == nil {
+		return RaftConfiguration{}, ErrNotServer
+	}
+	if err := n.running(); err != nil {
+		return RaftConfiguration{}, err
+	}
+	ctx, cancel := context.WithTimeout(n.baseCtx, 5*time.Second)
+	defer cancel()
+	cfg, index, err := n.configuration(ctx)
+	if err != nil {
+		return RaftConfiguration{}, err
+	}
+	_, leader := n.raft.LeaderWithID()
+	out := RaftConfiguration{Index: index}
+	for _, s := range cfg.Servers {
+		out.Servers = append(out.Servers, RaftServer{
+			ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader,
+		})
+	}
+	return out, nil
+}
+
+// Leave announces that this node leaves the cluster for good (a server is
+// removed from the Raft configuration at once, a host is marked down at
+// once), then shuts down.
+func (n *Node) Leave(ctx context.Context) error {
+	if err := n.running(); err != nil {
+		return err
+	}
+	n.leaving.Store(true)
+	if err := n.ml.UpdateNode(gossipTimeout(ctx)); err != nil {
+		n.log.Warn("announcing departure failed", "error", err)
+	}
+	if n.raft != nil {
+		n.transferLeadership(ctx)
+		if err := n.RemovePeer(ctx, n.cfg.NodeID); err != nil {
+			n.log.Warn("could not leave the raft configuration; the leader will remove this server", "error", err)
+		}
+	}
+	return n.Shutdown(ctx)
+}
+
+func gossipTimeout(ctx context.Context) time.Duration {
+	d := 2 * time.Second
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		d = max(time.Until(dl), 10*time.Millisecond)
+	}
+	return d
+}
+
+// transferLeadership hands leadership to another voter when this node
+// leads and has one; it waits for the transfer within ctx.
+func (n *Node) transferLeadership(ctx context.Context) {
+	if !n.IsLeader() {
+		return
+	}
+	cfg, _, err := n.configuration(ctx)
+	if err != nil {
+		return
+	}
+	others := 0
+	for _, s := range cfg.Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.NodeID {
+			others++
+		}
+	}
+	if others == 0 {
+		return
+	}
+	if err := n.raftCall(ctx, n.raft.LeadershipTransfer); err != nil {
+		n.log.Warn("leadership transfer failed", "error", err)
+		return
+	}
+	n.log.Info("leadership transferred")
+}
+
+// Shutdown stops the node: a leader first hands leadership to another
+// server, then the node leaves gossip (peers see it as gone but a server
+// stays in the Raft configuration, expected back), and Raft and the stores
+// are closed. No goroutine is left. ctx bounds the graceful part; closing
+// always completes. Safe to call more than once.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return nil
+	}
+	started := n.started
+	n.mu.Unlock()
+	if started && n.raft != nil {
+		n.transferLeadership(ctx)
+	}
+	if started && n.ml != nil {
+		if err := n.ml.Leave(gossipTimeout(ctx)); err != nil {
+			n.log.Warn("gossip leave", "error", err)
+		}
+	}
+	n.mu.Lock()
+	n.stopped = true
+	n.mu.Unlock()
+	err := n.closeAll(ctx)
+	n.log.Info("node stopped", "id", n.cfg.NodeID)
+	return err
+}
+
+// closeAll stops every part that was started, in dependency order.
+func (n *Node) closeAll(ctx context.Context) error {
+	n.mu.Lock()
+	n.stopped = true
+	select {
+	case <-n.shutdownCh:
+	default:
+		close(n.shutdownCh)
+	}
+	n.mu.Unlock()
+	n.cancelBase()
+	var errs []error
+	if n.rpcSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Second {
+			cancel()
+			sctx, cancel = context.WithDeadline(context.Background(), dl)
+		}
+		_ = n.rpcSrv.Shutdown(sctx)
+		cancel()
+	}
+	n.wg.Wait()
+	if n.raft != nil {
+		n.raftMu.Lock()
+		n.raftClosed = true
+		n.raftMu.Unlock()
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+	}
+	if n.ml != nil {
+		if err := n.ml.Shutdown(); err != nil {
+			errs = append(errs, fmt.Errorf("gossip shutdown: %w", err))
+		}
+	}
+	if n.raftTrans != nil {
+		n.raftTrans.CloseStreams()
+		n.raftTrans.Close()
+	}
+	if err := n.stores.close(); err != nil {
+		errs = append(errs, fmt.Errorf("close raft store: %w", err))
+	}
+	n.rpc.Close()
+	return errors.Join(errs...)
+}
+
+// raftCall issues a Raft operation and waits for its answer within ctx.
+// Raft answers every operation it has taken, but one still queued in one of
+// its buffered channels when it shuts down is never answered; so the wait
+// runs in a goroutine that holds raftMu, and closeAll takes raftMu before
+// shutting Raft down: every operation issued is answered first, no waiter
+// is left behind. The wait is bounded by Raft's timeouts.
+func (n *Node) raftCall(ctx context.Context, issue func() raft.Future) error {
+	n.raftMu.RLock()
+	if n.raftClosed {
+		n.raftMu.RUnlock()
+		return raft.ErrRaftShutdown
+	}
+	f := issue()
+	done := make(chan error, 1)
+	go func() {
+		defer n.raftMu.RUnlock()
+		done <- f.Error()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// configuration returns the latest Raft configuration and its index.
+func (n *Node) configuration(ctx context.Context) (raft.Configuration, uint64, error) {
+	var f raft.ConfigurationFuture
+	if err := n.raftCall(ctx, func() raft.Future { f = n.raft.GetConfiguration(); return f }); err != nil {
+		return raft.Configuration{}, 0, mapRaftErr(err)
+	}
+	return f.Configuration(), f.Index(), nil
+}
+
+// mapRaftErr turns raft's errors into the cluster's.
+func mapRaftErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrShutdown
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return clusterErr(ErrNotLeader, err.Error())
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrAbortedByRestore):
+		return clusterErr(ErrTimeout, err.Error())
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return clusterErr(ErrNoLeader, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return err
+}

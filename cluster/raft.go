@@ -1,0 +1,145 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// raftIOTimeout bounds one Raft RPC on the wire (and a connect).
+const raftIOTimeout = 5 * time.Second
+
+// raftStores are the log, stable and snapshot stores of a server.
+type raftStores struct {
+	logs   raft.LogStore
+	stable raft.StableStore
+	snaps  raft.SnapshotStore
+	bolt   *raftboltdb.BoltStore // nil in memory
+}
+
+func (n *Node) openStores() (*raftStores, error) {
+	if n.cfg.DataDir == "" {
+		mem := raft.NewInmemStore()
+		return &raftStores{logs: mem, stable: mem, snaps: raft.NewInmemSnapshotStore()}, nil
+	}
+	dir := filepath.Join(n.cfg.DataDir, "raft")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("open raft store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, n.cfg.SnapshotRetain, n.log.Named("snapshot"))
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	logs, err := raft.NewLogCache(512, bolt)
+	if err != nil {
+		bolt.Close()
+		return nil, err
+	}
+	return &raftStores{logs: logs, stable: bolt, snaps: snaps, bolt: bolt}, nil
+}
+
+func (s *raftStores) close() error {
+	if s == nil || s.bolt == nil {
+		return nil
+	}
+	return s.bolt.Close()
+}
+
+func (n *Node) raftConfig() *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(n.cfg.NodeID)
+	c.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	c.ElectionTimeout = n.cfg.ElectionTimeout
+	c.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	c.CommitTimeout = n.cfg.CommitTimeout
+	c.SnapshotThreshold = n.cfg.SnapshotThreshold
+	c.SnapshotInterval = n.cfg.SnapshotInterval
+	c.TrailingLogs = n.cfg.TrailingLogs
+	// Unbuffered: an apply is either taken (and answered) by Raft or
+	// refused at shutdown, never left in a queue. Raft batches what is
+	// waiting anyway.
+	c.BatchApplyCh = false
+	// A server removed while it was away keeps running and is added back
+	// by the leader when gossip shows it alive again.
+	c.ShutdownOnRemove = false
+	c.Logger = n.log.Named("raft")
+	c.NotifyCh = n.leaderNotify
+	return c
+}
+
+// raftStream is the Raft transport's stream layer: plain TCP on the Raft
+// port. It remembers the connections it accepted so that closing it ends
+// them (the raft library leaves inbound connections to the peer).
+type raftStream struct {
+	ln  net.Listener
+	adv net.Addr
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func newRaftStream(ln net.Listener, adv net.Addr) *raftStream {
+	return &raftStream{ln: ln, adv: adv, conns: map[net.Conn]struct{}{}}
+}
+
+func (s *raftStream) Accept() (net.Conn, error) {
+	c, err := s.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	tc := &trackedConn{Conn: c, s: s}
+	s.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+func (s *raftStream) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	conns := s.conns
+	s.conns = map[net.Conn]struct{}{}
+	s.mu.Unlock()
+	for c := range conns {
+		c.(*trackedConn).Conn.Close()
+	}
+	return s.ln.Close()
+}
+
+func (s *raftStream) Addr() net.Addr { return s.adv }
+
+func (s *raftStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	return d.Dial("tcp", string(address))
+}
+
+type trackedConn struct {
+	net.Conn
+	s    *raftStream
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+	})
+	return c.Conn.Close()
+}

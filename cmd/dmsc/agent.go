@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/cli"
+	"github.com/hashicorp/go-hclog"
+	sockaddr "github.com/hashicorp/go-sockaddr"
+
+	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/agentconfig"
+	"github.com/dmsc/dmsc/internal/inventory"
+)
+
+// shutdownTimeout bounds the graceful part of a shutdown (leadership
+// transfer, leaving gossip, draining HTTP requests).
+const shutdownTimeout = 15 * time.Second
+
+// devLeaderTimeout bounds how long the dev agent waits to elect itself.
+const devLeaderTimeout = time.Minute
+
+// agentCommand is `dmsc agent`.
+type agentCommand struct{ ui cli.Ui }
+
+func (c *agentCommand) Synopsis() string {
+	return "Run a dmsc agent: a server, a host, or a dev cluster"
+}
+
+func (c *agentCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: dmsc agent [options]
+
+  Runs a dmsc agent until it receives SIGINT or SIGTERM.
+
+  Try dmsc on one machine (a one-node cluster with sample GPUs, storage
+  removed on exit):
+
+      dmsc agent -dev
+
+  A server (3 or 5 per cluster; the same command for first start, restart
+  and scale-up):
+
+      dmsc agent -server -bootstrap-expect 3 -data-dir /var/lib/dmsc \
+                 -join 10.0.0.11 -join 10.0.0.12 -join 10.0.0.13
+
+  A host with devices from a file and/or discovered:
+
+      dmsc agent -host -join 10.0.0.11 -devices /etc/dmsc/devices.json
+      dmsc agent -host -join 10.0.0.11 -discover nvidia,cpu,memory
+
+  Settings come from config files (-config), DMSC_* environment variables
+  and flags; a flag beats the environment, which beats a file. Examples are
+  in deploy/server.hcl and deploy/host.hcl.
+
+Options:
+
+`) + "\n" + agentconfig.Usage()
+}
+
+func (c *agentCommand) Run(args []string) int {
+	cfg, err := agentconfig.Load(args, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		c.ui.Output(c.Help())
+		return 0
+	}
+	if err != nil {
+		c.ui.Error(err.Error())
+		c.ui.Error("Run 'dmsc agent -h' for the list of settings.")
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := runAgent(ctx, stop, cfg, os.Stderr); err != nil {
+		c.ui.Error("dmsc agent: " + err.Error())
+		return 1
+	}
+	return 0
+}
+
+// runAgent runs the agent until ctx ends (a signal), then shuts it down.
+// stopSignals is called once shutdown begins, so that a second signal ends
+// the process at once.
+func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, logOut io.Writer) (err error) {
+	logger := cfg.Logger(logOut)
+	log := logger.Named("agent")
+
+	dataDir := cfg.DataDir
+	if cfg.Dev && dataDir == "" {
+		dir, err := os.MkdirTemp("", "dmsc-dev-")
+		if err != nil {
+			return fmt.Errorf("dev data directory: %w", err)
+		}
+		defer func() {
+			if rmErr := os.RemoveAll(dir); rmErr != nil {
+				log.Error("could not remove the dev data directory", "path", dir, "error", rmErr)
+				return
+			}
+			log.Info("removed the dev data directory", "path", dir)
+		}()
+		dataDir = dir
+	}
+
+	var inv cluster.InventoryFunc
+	if cfg.Host {
+		inv = hostInventory(cfg, log)
+		host, devices, err := inv()
+		if err != nil {
+			return fmt.Errorf("device inventory: %w", err)
+		}
+		log.Info("device inventory", "host", host.ID, "devices", describeInventory(devices))
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP API: %w", err)
+	}
+	defer ln.Close()
+	httpAddr := ln.Addr().String()
+
+	cc := cfg.ClusterConfig(dataDir, inv, version, logger)
+	cc.HTTPAddr = advertisedHTTPAddr(cfg, httpAddr)
+	node, err := cluster.New(cc)
+	if err != nil {
+		return err
+	}
+	if err := node.Start(ctx); err != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		_ = node.Shutdown(shutdownCtx)
+		return fmt.Errorf("start: %w", err)
+	}
+
+	var extraReady atomic.Bool
+	extraReady.Store(!cfg.Dev)
+	srv := &http.Server{
+		Handler:           apiHandler(node, cfg, extraReady.Load, logger.Named("http")),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	self := node.Self()
+	log.Info("agent started", "node", self.ID, "role", roleOf(cfg), "version", version,
+		"gossip", self.GossipAddr, "rpc", self.RPCAddr, "raft", self.RaftAddr, "data_dir", dataDir)
+	log.Info("HTTP API listening", "address", httpAddr)
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	if cfg.Dev {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := registerSample(runCtx, node, log, httpAddr); err != nil {
+				if runCtx.Err() == nil {
+					log.Error("could not register the sample inventory", "error", err)
+				}
+				return
+			}
+			extraReady.Store(true)
+		}()
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "reason", "signal")
+	case err = <-serveErr:
+		log.Error("HTTP API stopped", "error", err)
+		err = fmt.Errorf("HTTP API: %w", err)
+	}
+	stopSignals()
+	cancelRun()
+	wg.Wait()
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if herr := srv.Shutdown(shutdownCtx); herr != nil {
+		log.Warn("HTTP API did not drain in time", "error", herr)
+	}
+	if nerr := node.Shutdown(shutdownCtx); nerr != nil {
+		log.Error("node shutdown", "error", nerr)
+		if err == nil {
+			err = fmt.Errorf("shutdown: %w", nerr)
+		}
+	}
+	if err == nil {
+		log.Info("agent stopped")
+	}
+	return err
+}
+
+// advertisedHTTPAddr is the HTTP address other nodes and clients can use:
+// the listener's, with an unspecified IP (0.0.0.0, ::) replaced by the
+// advertise address, the bind address, or the first private IP.
+func advertisedHTTPAddr(cfg *agentconfig.Config, listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+		return listen
+	}
+	for _, candidate := range []string{cfg.AdvertiseAddr, cfg.BindAddr} {
+		if ip := net.ParseIP(candidate); ip != nil && !ip.IsUnspecified() {
+			return net.JoinHostPort(candidate, port)
+		}
+	}
+	if priv, err := sockaddr.GetPrivateIP(); err == nil && priv != "" {
+		return net.JoinHostPort(priv, port)
+	}
+	return listen
+}
+
+func roleOf(cfg *agentconfig.Config) string {
+	switch {
+	case cfg.Dev:
+		return "dev"
+	case cfg.Server && cfg.Host:
+		return "server+host"
+	case cfg.Server:
+		return "server"
+	}
+	return "host"
+}
+
+// registerSample waits for the dev node to lead, registers the sample
+// inventory as several hosts, and tells the user what to try next.
+func registerSample(ctx context.Context, node *cluster.Node, log hclog.Logger, httpAddr string) error {
+	waitCtx, cancel := context.WithTimeout(ctx, devLeaderTimeout)
+	defer cancel()
+	if err := node.WaitForLeader(waitCtx); err != nil {
+		return fmt.Errorf("no leader: %w", err)
+	}
+	var hosts []string
+	var devices []fsm.DeviceSpec
+	for _, inv := range inventory.Sample() {
+		cmd := inv.Register()
+		cmd.RequestID = "dev-sample-" + inv.Host.ID
+		res, err := node.Apply(ctx, cmd)
+		if err == nil {
+			err = res.Err
+		}
+		if err != nil {
+			return fmt.Errorf("register %s: %w", inv.Host.ID, err)
+		}
+		hosts = append(hosts, inv.Host.ID)
+		devices = append(devices, inv.Devices...)
+	}
+	log.Info("dev cluster ready", "hosts", strings.Join(hosts, ","), "devices", describeInventory(devices))
+	log.Info(fmt.Sprintf("try it from another terminal: export DMSC_ADDR=http://%s; dmsc alloc -type GPU -memory-gb 16; dmsc stats; dmsc recommend -type GPU", httpAddr))
+	return nil
+}

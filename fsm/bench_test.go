@@ -1,0 +1,277 @@
+package fsm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The benchmarks run on a cluster of GPU hosts with 8 devices each, of mixed
+// models, spread over zones, half of whose devices are held by background
+// allocations released at seeded random positions. One operation is one
+// Allocate and one Release applied through State.Apply, so the figure per
+// operation is the cost of an allocate+release pair.
+//
+//	go test -run '^$' -bench AllocRelease -benchtime 2s -count 5 ./fsm/
+
+// benchModel is a GPU model and its share of the hosts.
+type benchModel struct {
+	name      string
+	memGB     float64
+	cu        float64
+	shareable bool
+	weight    int
+}
+
+// benchModels is the inventory mix: exclusive GPUs of five models and a few
+// hosts of shareable (sliced) GPUs.
+var benchModels = []benchModel{
+	{name: "T4", memGB: 16, cu: 40, weight: 25},
+	{name: "V100", memGB: 32, cu: 80, weight: 20},
+	{name: "A100-40", memGB: 40, cu: 108, weight: 20},
+	{name: "A100-80", memGB: 80, cu: 108, weight: 15},
+	{name: "H100", memGB: 80, cu: 132, weight: 15},
+	{name: "A100-80-shared", memGB: 80, cu: 108, shareable: true, weight: 5},
+}
+
+// benchThresholds is the fixed cycle of memory thresholds (GB) requests ask for.
+var benchThresholds = []float64{8, 16, 12, 32, 24, 40, 16, 80, 8, 48, 16, 64}
+
+const benchDevicesPerHost = 8
+
+// benchSizes are the cluster sizes, in devices.
+var benchSizes = []int{1000, 10000, 100000}
+
+// benchPolicies are the policies the allocate+release target applies to.
+var benchPolicies = []Policy{FirstFit, BestFit, WorstFit, RoundRobin, PriorityBased, LoadBalanced}
+
+// benchCluster is a state and the log position the benchmark writes at.
+type benchCluster struct {
+	key string
+	s   *State
+	idx uint64
+	now int64
+}
+
+// apply stamps a command with the next index, a time 1 ms later and a
+// fresh request ID, as the leader and a client would.
+func (c *benchCluster) apply(cmd Command) Result {
+	c.idx++
+	c.now += int64(time.Millisecond)
+	m := cmd.meta()
+	m.Time = c.now
+	m.RequestID = "req-" + strconv.FormatUint(c.idx, 10)
+	return c.s.Apply(c.idx, cmd)
+}
+
+func (c *benchCluster) must(b *testing.B, cmd Command) Result {
+	b.Helper()
+	r := c.apply(cmd)
+	if r.Err != nil {
+		b.Fatalf("%T: %v", cmd, r.Err)
+	}
+	return r
+}
+
+// benchHost is host i of the inventory, its model drawn from the mix.
+func benchHost(i int, rng *rand.Rand) *RegisterHost {
+	total := 0
+	for _, m := range benchModels {
+		total += m.weight
+	}
+	pick := rng.IntN(total)
+	m := benchModels[0]
+	for _, x := range benchModels {
+		if pick < x.weight {
+			m = x
+			break
+		}
+		pick -= x.weight
+	}
+	id := fmt.Sprintf("host-%06d", i)
+	h := &RegisterHost{Host: HostSpec{ID: id, Labels: map[string]string{"zone": fmt.Sprintf("zone-%d", i%4)}}}
+	for j := 0; j < benchDevicesPerHost; j++ {
+		h.Devices = append(h.Devices, DeviceSpec{
+			ID: fmt.Sprintf("%s-gpu%d", id, j), Type: GPU, Name: m.name, Shareable: m.shareable,
+			Capabilities: Capabilities{Resources: Resources{MemoryGB: m.memGB, ComputeUnits: m.cu}},
+		})
+	}
+	return h
+}
+
+// newBenchCluster registers devices GPUs, takes every one, then releases
+// a seeded random half, and sets the policy under test for GPUs.
+func newBenchCluster(b *testing.B, devices int, pol Policy) *benchCluster {
+	b.Helper()
+	c := &benchCluster{s: New(), now: t0}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < devices/benchDevicesPerHost; i++ {
+		c.must(b, benchHost(i, rng))
+	}
+	c.must(b, &SetPolicy{DeviceType: GPU, Config: PolicyConfig{Policy: FirstFit}})
+	ids := make([]string, 0, devices)
+	for i := 0; i < devices; i++ {
+		r := c.must(b, &Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
+		ids = append(ids, r.Allocation.ID)
+	}
+	rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, id := range ids[:len(ids)/2] {
+		c.must(b, &Release{AllocationID: id})
+	}
+	c.must(b, &SetPolicy{DeviceType: GPU, Config: PolicyConfig{Policy: pol}})
+	return c
+}
+
+// benchCached keeps the last cluster built, so the runs of one benchmark
+// (its -count repetitions) share one setup. Each operation puts back what
+// it took, so the occupancy stays as built.
+var benchCached *benchCluster
+
+func benchClusterFor(b *testing.B, devices int, pol Policy) *benchCluster {
+	key := fmt.Sprintf("%s/%d", pol, devices)
+	if benchCached == nil || benchCached.key != key {
+		benchCached = nil
+		benchCached = newBenchCluster(b, devices, pol)
+		benchCached.key = key
+	}
+	return benchCached
+}
+
+func gpuClaim(memGB float64, count int) Claim {
+	return Claim{Type: GPU, Count: count, Capabilities: Capabilities{Resources: Resources{MemoryGB: memGB}}}
+}
+
+// runPairs applies allocate+release pairs, the request of pair i made by
+// req(i), and reports pairs per second.
+func runPairs(b *testing.B, c *benchCluster, req func(i int) Request) {
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r := c.apply(&Allocate{Request: req(i)})
+		if r.Err != nil {
+			b.Fatalf("allocate %d: %v", i, r.Err)
+		}
+		if r := c.apply(&Release{AllocationID: r.Allocation.ID}); r.Err != nil {
+			b.Fatalf("release %d: %v", i, r.Err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+}
+
+// BenchmarkAllocRelease is the throughput target: one single-GPU request
+// with a memory threshold, then its release, per operation.
+func BenchmarkAllocRelease(b *testing.B) {
+	for _, pol := range benchPolicies {
+		for _, n := range benchSizes {
+			b.Run(fmt.Sprintf("policy=%s/devices=%d", pol, n), func(b *testing.B) {
+				c := benchClusterFor(b, n, pol)
+				runPairs(b, c, func(i int) Request {
+					return Request{Claims: []Claim{gpuClaim(benchThresholds[i%len(benchThresholds)], 1)}}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkMultiDevice places requests that need several devices on one
+// host: one claim of 4 GPUs, or two claims of 2 GPUs each.
+func BenchmarkMultiDevice(b *testing.B) {
+	shapes := []struct {
+		name string
+		req  func(i int) Request
+	}{
+		{"count4", func(i int) Request {
+			return Request{Claims: []Claim{gpuClaim(benchThresholds[i%len(benchThresholds)]/2, 4)}}
+		}},
+		{"2claims", func(i int) Request {
+			t := benchThresholds[i%len(benchThresholds)]
+			return Request{Claims: []Claim{gpuClaim(t, 2), gpuClaim(t/2, 2)}}
+		}},
+	}
+	for _, sh := range shapes {
+		for _, pol := range benchPolicies {
+			for _, n := range benchSizes {
+				b.Run(fmt.Sprintf("shape=%s/policy=%s/devices=%d", sh.name, pol, n), func(b *testing.B) {
+					runPairs(b, benchClusterFor(b, n, pol), sh.req)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkFragmentationAware is the single-GPU allocate+release pair
+// under FragmentationAware, which scores every candidate host.
+func BenchmarkFragmentationAware(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("devices=%d", n), func(b *testing.B) {
+			c := benchClusterFor(b, n, FragmentationAware)
+			runPairs(b, c, func(i int) Request {
+				return Request{Claims: []Claim{gpuClaim(benchThresholds[i%len(benchThresholds)], 1)}}
+			})
+		})
+	}
+}
+
+// BenchmarkEncodeDecode round-trips an Allocate through the log codec.
+func BenchmarkEncodeDecode(b *testing.B) {
+	cmd := &Allocate{
+		Meta: Meta{RequestID: "req-123456", Time: t0},
+		Request: Request{
+			Claims:   []Claim{gpuClaim(40, 2), {Type: CPU, Count: 1, Amount: Resources{ComputeUnits: 8, MemoryGB: 32}}},
+			Priority: 500, Timeout: time.Minute, LeaseTTL: time.Hour,
+			Labels: LabelSelector{Required: map[string]string{"zone": "zone-1"}, Forbidden: map[string]string{"maintenance": "*"}},
+		},
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, err := Encode(cmd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Decode(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSnapshot writes and restores the state of a 10k-device cluster
+// with its background allocations and history.
+func BenchmarkSnapshot(b *testing.B) {
+	c := benchClusterFor(b, 10000, BestFit)
+	snap := c.s.SnapshotBytes()
+	b.Run("write", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(snap)))
+		for b.Loop() {
+			if c.s.SnapshotBytes() == nil {
+				b.Fatal("snapshot failed")
+			}
+		}
+	})
+	b.Run("restore", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(snap)))
+		for b.Loop() {
+			if _, err := Restore(bytesReader(snap)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestAllocIDForMatchesNewSHA1 pins the allocation IDs derived from log
+// indexes to uuid.NewSHA1, which they must equal on every replica and
+// across versions.
+func TestAllocIDForMatchesNewSHA1(t *testing.T) {
+	for _, idx := range []uint64{0, 1, 9, 10, 12345, 1 << 32, ^uint64(0)} {
+		want := uuid.NewSHA1(allocNamespace, []byte(strconv.FormatUint(idx, 10))).String()
+		if got := allocIDFor(idx); got != want {
+			t.Errorf("allocIDFor(%d) = %s, want %s", idx, got, want)
+		}
+	}
+}

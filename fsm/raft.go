@@ -1,0 +1,243 @@
+package fsm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// RaftFSM adapts a State to hashicorp/raft: it applies committed log
+// entries in batches, writes and restores snapshots in the State's own
+// encoding, and lets readers wait for an index to be applied (consistent
+// reads, blocking queries). It is the only part of this package that knows
+// about Raft.
+type RaftFSM struct {
+	mu    sync.RWMutex
+	state *State
+	// applied is the index of the last log entry applied (a command or a
+	// configuration change; Raft's no-op and barrier entries never reach
+	// the FSM). modified is the index of the last command that changed the
+	// state. Both are guarded by mu and only grow.
+	applied  uint64
+	modified uint64
+
+	nmu     sync.Mutex
+	advance chan struct{} // closed and replaced whenever applied grows
+}
+
+var (
+	_ raft.BatchingFSM = (*RaftFSM)(nil)
+	_ raft.FSM         = (*RaftFSM)(nil)
+)
+
+// NewRaftFSM wraps a state (usually New()).
+func NewRaftFSM(s *State) *RaftFSM {
+	return &RaftFSM{state: s, advance: make(chan struct{})}
+}
+
+// Apply applies one log entry. Raft calls ApplyBatch instead; Apply is
+// here for the raft.FSM interface and for tests.
+func (f *RaftFSM) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch applies committed entries in order. Each command's answer is
+// a Result; configuration entries answer nil. An entry whose command type
+// this build does not know stops the node: applying the rest of the log
+// without it would make this replica diverge.
+func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	f.mu.Lock()
+	grew := false
+	for i, l := range logs {
+		if l.Index > f.applied {
+			f.applied = l.Index
+			grew = true
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		c, err := Decode(l.Data)
+		if err != nil {
+			if errors.Is(err, ErrUnknownCommand) {
+				f.mu.Unlock()
+				panic(fmt.Sprintf("fsm: log entry %d: %v: this build cannot apply the log; upgrade it", l.Index, err))
+			}
+			out[i] = Result{Index: l.Index, Err: err}
+			continue
+		}
+		quiet := f.quietTick(c)
+		res := f.state.Apply(l.Index, c)
+		if !quiet && res.Index == l.Index && (res.Err == nil || isRecorded(res.Err)) {
+			f.modified = l.Index
+		}
+		out[i] = res
+	}
+	f.mu.Unlock()
+	if grew {
+		f.notify()
+	}
+	return out
+}
+
+// quietTick reports whether c is a tick that will expire nothing: it only
+// moves the clock, which no reader waits for.
+func (f *RaftFSM) quietTick(c Command) bool {
+	t, ok := c.(*Tick)
+	if !ok {
+		return false
+	}
+	due, ok := f.state.NextDeadline()
+	now := f.state.now
+	if t.Time > now {
+		now = t.Time
+	}
+	return !ok || due.UnixNano() > now
+}
+
+func (f *RaftFSM) notify() {
+	f.nmu.Lock()
+	close(f.advance)
+	f.advance = make(chan struct{})
+	f.nmu.Unlock()
+}
+
+// Read runs fn on the state under the read lock and returns the applied
+// and modified indexes the state is at. fn must not keep the state.
+func (f *RaftFSM) Read(fn func(*State)) (applied, modified uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+	return f.applied, f.modified
+}
+
+// Indexes returns the applied and modified indexes.
+func (f *RaftFSM) Indexes() (applied, modified uint64) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.applied, f.modified
+}
+
+// WaitApplied blocks until the entry at index idx (and all before it) is
+// applied, or ctx ends.
+func (f *RaftFSM) WaitApplied(ctx context.Context, idx uint64) error {
+	return f.wait(ctx, func(applied, _ uint64) bool { return applied >= idx })
+}
+
+// WaitModified blocks until a command after index idx has changed the
+// state, or ctx ends (a blocking query: ctx carries its wait).
+func (f *RaftFSM) WaitModified(ctx context.Context, idx uint64) error {
+	return f.wait(ctx, func(_, modified uint64) bool { return modified > idx })
+}
+
+func (f *RaftFSM) wait(ctx context.Context, done func(applied, modified uint64) bool) error {
+	for {
+		f.nmu.Lock()
+		ch := f.advance
+		f.nmu.Unlock()
+		if done(f.Indexes()) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// snapshotMagic starts a snapshot written by RaftFSM: the magic, then the
+// applied and modified indexes (8 bytes each, big endian), then the State's
+// snapshot. A stream without the magic is a bare State snapshot (a backup).
+var snapshotMagic = []byte("DMSCFSM1")
+
+const snapshotHeaderLen = 8 + 8 + 8
+
+// Snapshot captures the state. Raft calls it between applies; the encoding
+// is done here, under the read lock, and Persist only writes bytes.
+func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var b bytes.Buffer
+	b.Grow(snapshotHeaderLen + 4096)
+	WriteRaftSnapshotHeader(&b, f.applied, f.modified)
+	if err := f.state.Snapshot(&b); err != nil {
+		return nil, err
+	}
+	return &raftSnapshot{data: b.Bytes()}, nil
+}
+
+// Restore replaces the state with a snapshot written by Snapshot, or with
+// a bare State snapshot.
+func (f *RaftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return errf(ErrSnapshot, "read: %v", err)
+	}
+	body, applied, modified := SplitRaftSnapshot(data)
+	s, err := Restore(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.state = s
+	if applied < f.applied {
+		// A backup restored into a running cluster: the indexes must not
+		// go back, and every reader should look again.
+		applied, modified = f.applied, f.applied
+	}
+	if modified < f.modified {
+		modified = f.modified
+	}
+	f.applied, f.modified = applied, modified
+	f.mu.Unlock()
+	f.notify()
+	return nil
+}
+
+// WriteRaftSnapshotHeader writes the header that SplitRaftSnapshot reads.
+func WriteRaftSnapshotHeader(b *bytes.Buffer, applied, modified uint64) {
+	b.Write(snapshotMagic)
+	var idx [16]byte
+	binary.BigEndian.PutUint64(idx[:8], applied)
+	binary.BigEndian.PutUint64(idx[8:], modified)
+	b.Write(idx[:])
+}
+
+// SplitRaftSnapshot separates a snapshot written by RaftFSM into the State
+// snapshot and the indexes it was taken at. A bare State snapshot is
+// returned as it is, with zero indexes.
+func SplitRaftSnapshot(data []byte) (state []byte, applied, modified uint64) {
+	if len(data) < snapshotHeaderLen || !bytes.Equal(data[:len(snapshotMagic)], snapshotMagic) {
+		return data, 0, 0
+	}
+	h := data[len(snapshotMagic):snapshotHeaderLen]
+	return data[snapshotHeaderLen:], binary.BigEndian.Uint64(h[:8]), binary.BigEndian.Uint64(h[8:])
+}
+
+type raftSnapshot struct{ data []byte }
+
+func (s *raftSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *raftSnapshot) Release() {}
+
+// Changed returns a channel that is closed when the applied index next
+// grows.
+func (f *RaftFSM) Changed() <-chan struct{} {
+	f.nmu.Lock()
+	defer f.nmu.Unlock()
+	return f.advance
+}

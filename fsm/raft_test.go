@@ -1,0 +1,180 @@
+package fsm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// raftHarness feeds encoded, stamped commands to a RaftFSM as Raft would.
+type raftHarness struct {
+	t   *testing.T
+	f   *RaftFSM
+	idx uint64
+	now int64
+}
+
+func newRaftHarness(t *testing.T) *raftHarness {
+	return &raftHarness{t: t, f: NewRaftFSM(New()), now: t0}
+}
+
+func (h *raftHarness) log(c Command) *raft.Log {
+	h.t.Helper()
+	h.idx++
+	h.now += int64(time.Millisecond)
+	Stamp(c, time.Unix(0, h.now))
+	data, err := Encode(c)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return &raft.Log{Index: h.idx, Term: 1, Type: raft.LogCommand, Data: data}
+}
+
+func (h *raftHarness) apply(cs ...Command) []Result {
+	h.t.Helper()
+	logs := make([]*raft.Log, len(cs))
+	for i, c := range cs {
+		logs[i] = h.log(c)
+	}
+	out := h.f.ApplyBatch(logs)
+	res := make([]Result, len(out))
+	for i, o := range out {
+		res[i] = o.(Result)
+	}
+	return res
+}
+
+func TestRaftFSMIndexes(t *testing.T) {
+	h := newRaftHarness(t)
+	lease := gpuReq(10)
+	lease.Request.LeaseTTL = time.Second
+	res := h.apply(host("h1", gpu("g1", 40)), lease)
+	if res[1].Err != nil || res[1].Allocation.Status != Active {
+		t.Fatalf("allocate: %+v", res[1])
+	}
+	// A configuration entry advances the applied index only.
+	h.idx++
+	if out := h.f.ApplyBatch([]*raft.Log{{Index: h.idx, Type: raft.LogConfiguration}}); out[0] != nil {
+		t.Fatalf("configuration entry answered %v", out[0])
+	}
+
+	type step struct {
+		name    string
+		cmd     func() Command
+		advance time.Duration
+		changes bool
+	}
+	steps := []step{
+		{"quiet tick", func() Command { return &Tick{} }, 0, false},
+		{"refused command", func() Command { return &Release{AllocationID: "nope"} }, 0, false},
+		{"repeated request", func() Command { c := gpuReq(1); c.RequestID = "r1"; return c }, 0, true},
+		{"repeated request again", func() Command { c := gpuReq(1); c.RequestID = "r1"; return c }, 0, false},
+		{"refusal for capacity is recorded", func() Command { return gpuReq(1000) }, 0, true},
+		{"tick that expires a lease", func() Command { return &Tick{} }, 2 * time.Second, true},
+	}
+	for _, s := range steps {
+		_, before := h.f.Indexes()
+		h.now += int64(s.advance)
+		h.apply(s.cmd())
+		applied, after := h.f.Indexes()
+		if applied != h.idx {
+			t.Fatalf("%s: applied %d, want %d", s.name, applied, h.idx)
+		}
+		if changed := after != before; changed != s.changes || (s.changes && after != h.idx) {
+			t.Errorf("%s: modified %d -> %d (index %d), want change=%v", s.name, before, after, h.idx, s.changes)
+		}
+	}
+}
+
+func TestRaftFSMSnapshotRoundTrip(t *testing.T) {
+	h := newRaftHarness(t)
+	h.apply(host("h1", gpu("g1", 40), gpu("g2", 40)), gpuReq(10), &Tick{})
+	snap, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil || !sink.closed {
+		t.Fatalf("persist: %v, closed %v", err, sink.closed)
+	}
+	applied, modified := h.f.Indexes()
+
+	g := NewRaftFSM(New())
+	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	if a, m := g.Indexes(); a != applied || m != modified {
+		t.Fatalf("restored indexes %d/%d, want %d/%d", a, m, applied, modified)
+	}
+	var want, got []byte
+	h.f.Read(func(s *State) { want = s.SnapshotBytes() })
+	g.Read(func(s *State) { got = s.SnapshotBytes() })
+	if !bytes.Equal(want, got) {
+		t.Fatal("restored state differs")
+	}
+
+	// A bare state snapshot (a backup) restores too, and the indexes of a
+	// running replica never go back.
+	body, _, _ := SplitRaftSnapshot(sink.Bytes())
+	if !bytes.Equal(body, want) {
+		t.Fatal("snapshot body is not the state's encoding")
+	}
+	h.apply(gpuReq(10), gpuReq(10))
+	before, _ := h.f.Indexes()
+	if err := h.f.Restore(io.NopCloser(bytes.NewReader(body))); err != nil {
+		t.Fatal(err)
+	}
+	if a, m := h.f.Indexes(); a != before || m != before {
+		t.Fatalf("indexes after a backup restore %d/%d, want %d", a, m, before)
+	}
+	if err := h.f.Restore(io.NopCloser(bytes.NewReader([]byte("junk")))); !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("junk snapshot: %v", err)
+	}
+}
+
+func TestRaftFSMUnknownCommandStopsTheNode(t *testing.T) {
+	f := NewRaftFSM(New())
+	defer func() {
+		if recover() == nil {
+			t.Fatal("an unknown command was skipped")
+		}
+		// The lock was released: the node can still be read while it stops.
+		f.Read(func(*State) {})
+	}()
+	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{250, '{', '}'}})
+}
+
+func TestRaftFSMWaits(t *testing.T) {
+	h := newRaftHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan error, 2)
+	go func() { done <- h.f.WaitApplied(ctx, 2) }()
+	go func() { done <- h.f.WaitModified(ctx, 1) }()
+	h.apply(&Tick{})                 // index 1: quiet
+	h.apply(host("h1", gpu("g", 1))) // index 2: a change
+	for i := 0; i < 2; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	if err := h.f.WaitModified(short, 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait for a change that never comes: %v", err)
+	}
+}
+
+type memSink struct {
+	bytes.Buffer
+	closed bool
+}
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { return nil }
+func (s *memSink) Close() error  { s.closed = true; return nil }

@@ -1,0 +1,679 @@
+package fsm
+
+import (
+	"math"
+	"sort"
+)
+
+// Statistics summarise the retained history and the live state by device
+// type and pool. They are read-only and deterministic: every list is
+// sorted, every sum runs in a fixed order, and "now" is the state's clock
+// (the last leader time applied), never the wall clock.
+//
+// An allocation counts under its first claim's type (Request.PrimaryType)
+// and the pool of the first device it got; one that never got a device, or
+// whose device has since left the inventory, counts under its first
+// claim's pool ("" when the request named none).
+//
+// Durations are reported in seconds, as float64, in fields ending in _s.
+
+// AllPools is the Pool of a Stats entry that totals every pool of a type.
+const AllPools = "*"
+
+// StatsFilter narrows Stats. An empty field matches everything.
+type StatsFilter struct {
+	Type DeviceType `json:"type,omitempty"`
+	// Pool keeps only the entries of this pool; AllPools keeps only the
+	// per-type totals.
+	Pool string `json:"pool,omitempty"`
+}
+
+// OutcomeCounts counts allocations by what became of them.
+type OutcomeCounts struct {
+	Total int `json:"total"`
+	// Successful allocations got their devices at some point, whatever
+	// happened after (released, expired, preempted, lost, or still active).
+	Successful int `json:"successful"`
+	Released   int `json:"released"`
+	// Failed requests were refused at once (timeout 0, nothing fit).
+	Failed    int `json:"failed"`
+	TimedOut  int `json:"timed_out"`
+	Preempted int `json:"preempted"`
+	Expired   int `json:"expired"`
+	Lost      int `json:"lost"`
+	Cancelled int `json:"cancelled"`
+	Active    int `json:"active"`
+	Pending   int `json:"pending"`
+}
+
+// Decided is the number of requests whose placement is settled: all but
+// the pending ones.
+func (c OutcomeCounts) Decided() int { return c.Total - c.Pending }
+
+func (c *OutcomeCounts) add(a *Allocation) {
+	c.Total++
+	if a.AllocatedAt != 0 {
+		c.Successful++
+	}
+	switch a.Status {
+	case Released:
+		c.Released++
+	case Failed:
+		c.Failed++
+	case TimedOut:
+		c.TimedOut++
+	case Preempted:
+		c.Preempted++
+	case Expired:
+		c.Expired++
+	case Lost:
+		c.Lost++
+	case Cancelled:
+		c.Cancelled++
+	case Active:
+		c.Active++
+	case Pending:
+		c.Pending++
+	}
+}
+
+// DurationStats summarises a set of durations, in seconds. Percentiles are
+// nearest-rank: p50 of {10, 20, 30, 40} is 20, p95 is 40. All zero when
+// Count is zero.
+type DurationStats struct {
+	Count int     `json:"count"`
+	Mean  float64 `json:"mean_s"`
+	P50   float64 `json:"p50_s"`
+	P95   float64 `json:"p95_s"`
+}
+
+// summarizeDurations sorts ds (nanoseconds) in place and summarises it.
+func summarizeDurations(ds []int64) DurationStats {
+	if len(ds) == 0 {
+		return DurationStats{}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	sum := 0.0
+	for _, d := range ds {
+		sum += float64(d)
+	}
+	return DurationStats{
+		Count: len(ds),
+		Mean:  sum / float64(len(ds)) / 1e9,
+		P50:   float64(nearestRank(ds, 0.50)) / 1e9,
+		P95:   float64(nearestRank(ds, 0.95)) / 1e9,
+	}
+}
+
+// nearestRank is the p-th percentile of sorted ds: the smallest value with
+// at least p of the values at or below it.
+func nearestRank(ds []int64, p float64) int64 {
+	i := int(math.Ceil(p*float64(len(ds)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(ds) {
+		i = len(ds) - 1
+	}
+	return ds[i]
+}
+
+// DeviceCounts counts devices by status. Offline devices (host down) are
+// counted as offline whatever their own status; InUse devices hold at least
+// one active allocation.
+type DeviceCounts struct {
+	Total     int `json:"total"`
+	Available int `json:"available"`
+	Draining  int `json:"draining"`
+	Unhealthy int `json:"unhealthy"`
+	Offline   int `json:"offline"`
+	InUse     int `json:"in_use"`
+}
+
+func (c *DeviceCounts) add(s *State, d *Device) {
+	c.Total++
+	if len(d.Allocations) > 0 {
+		c.InUse++
+	}
+	if h := s.hosts[d.Host]; h == nil || !h.Up {
+		c.Offline++
+		return
+	}
+	switch d.Status {
+	case Available:
+		c.Available++
+	case Draining:
+		c.Draining++
+	case Unhealthy:
+		c.Unhealthy++
+	}
+}
+
+// Stats are the statistics of one device type in one pool, or in every
+// pool (Pool == AllPools).
+type Stats struct {
+	Type DeviceType `json:"type"`
+	Pool string     `json:"pool"`
+	// Policy is the policy in force: the pool's override or the type's.
+	Policy PolicyConfig  `json:"policy"`
+	Counts OutcomeCounts `json:"counts"`
+	// SuccessRate is Successful / Decided; 0 when nothing is decided.
+	SuccessRate float64 `json:"success_rate"`
+	// Duration runs from allocation to end (to now while active), over
+	// every allocation that got devices.
+	Duration DurationStats `json:"duration"`
+	// QueueWait runs from request to allocation, over every allocation
+	// that got devices.
+	QueueWait DurationStats `json:"queue_wait"`
+	// Utilisation is the mean used share of the schedulable devices
+	// (available, host up): an exclusive device in use counts 1, a
+	// shareable one its used share of its primary dimension.
+	Utilisation float64 `json:"utilisation"`
+	// Fragmentation is the share of the schedulable free capacity that
+	// the typical recent requests for this type and pool could not use
+	// (after FGD); 0 when nothing is free or there are no such requests.
+	Fragmentation float64      `json:"fragmentation"`
+	Devices       DeviceCounts `json:"devices"`
+}
+
+// statsPool is the pool an allocation counts under.
+func (s *State) statsPool(a *Allocation) string {
+	if len(a.Devices) > 0 {
+		if d := s.devices[a.Devices[0].DeviceID]; d != nil {
+			return d.Pool
+		}
+	}
+	if len(a.Request.Claims) == 0 {
+		return a.Request.Pool
+	}
+	return a.Request.claimPool(0)
+}
+
+// allocBuckets groups the retained and live allocations of type only (or
+// of every type when only is "") by type and pool, each list in arrival
+// (Seq) order.
+func (s *State) allocBuckets(only DeviceType) map[DeviceType]map[string][]*Allocation {
+	out := map[DeviceType]map[string][]*Allocation{}
+	put := func(a *Allocation) {
+		t := a.Request.PrimaryType()
+		if only != "" && t != only {
+			return
+		}
+		m := out[t]
+		if m == nil {
+			m = map[string][]*Allocation{}
+			out[t] = m
+		}
+		p := s.statsPool(a)
+		m[p] = append(m[p], a)
+	}
+	s.history.each(func(a *Allocation) bool {
+		put(a)
+		return true
+	})
+	for _, a := range s.allocs { // sorted below
+		put(a)
+	}
+	for _, m := range out {
+		for _, list := range m {
+			sort.Slice(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
+		}
+	}
+	return out
+}
+
+// outcomeSummary is what Stats derives from a list of allocations.
+type outcomeSummary struct {
+	counts    OutcomeCounts
+	duration  DurationStats
+	queueWait DurationStats
+}
+
+func (s *State) summarize(list []*Allocation) outcomeSummary {
+	var o outcomeSummary
+	var durs, waits []int64
+	for _, a := range list {
+		o.counts.add(a)
+		if a.AllocatedAt == 0 {
+			continue
+		}
+		end := a.EndedAt
+		if a.Status == Active {
+			end = s.now
+		}
+		durs = append(durs, end-a.AllocatedAt)
+		waits = append(waits, a.AllocatedAt-a.RequestedAt)
+	}
+	o.duration = summarizeDurations(durs)
+	o.queueWait = summarizeDurations(waits)
+	return o
+}
+
+// successRate is successful over decided, 0 when nothing is decided.
+func successRate(c OutcomeCounts) float64 {
+	if c.Decided() == 0 {
+		return 0
+	}
+	return float64(c.Successful) / float64(c.Decided())
+}
+
+// poolSet says which pools a figure covers.
+type poolSet func(pool string) bool
+
+func onePool(p string) poolSet {
+	if p == AllPools {
+		return func(string) bool { return true }
+	}
+	return func(q string) bool { return q == p }
+}
+
+// schedulable reports whether a device could take work now.
+func (s *State) schedulable(d *Device) bool {
+	h := s.hosts[d.Host]
+	return h != nil && h.Up && d.Status == Available
+}
+
+// utilisation is the mean used share of the schedulable devices of type t
+// in the pools of in.
+func (s *State) utilisation(t DeviceType, in poolSet) float64 {
+	n, used := 0, 0.0
+	for _, hid := range sortedKeys(s.hosts) {
+		for _, id := range s.hosts[hid].Devices {
+			d := s.devices[id]
+			if d.Type != t || !in(d.Pool) || !s.schedulable(d) {
+				continue
+			}
+			n++
+			used += deviceUtil(d)
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return used / float64(n)
+}
+
+// typicalShareOfRequests is the share of the recent requests for a type
+// and pool that its typical shapes cover, as FragmentationAware counts them.
+const typicalShareOfRequests = 0.95
+
+// relevantShapes are the typical shapes of the recent requests with a
+// claim of type t that may land in the pools of in: the most common shapes
+// that together make up 95% of those requests, most common first, with
+// weights summing to 1; and the number of those requests. It reads the
+// shape window without touching its cache, so that reads may run side by
+// side.
+func (s *State) relevantShapes(t DeviceType, in poolSet) ([]weightedShape, int) {
+	counts := map[string]int{}
+	first := map[string]*Shape{}
+	samples := 0
+	for i := range s.shapes.list {
+		sh := &s.shapes.list[i]
+		wanted := false
+		for _, c := range sh.Claims {
+			if c.Type == t && (c.Pool == "" || in(c.Pool)) {
+				wanted = true
+				break
+			}
+		}
+		if !wanted {
+			continue
+		}
+		samples++
+		k := sh.key()
+		if first[k] == nil {
+			first[k] = sh
+		}
+		counts[k]++
+	}
+	keys := sortedKeys(counts)
+	sort.SliceStable(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
+	var out []weightedShape
+	covered := 0
+	for _, k := range keys {
+		out = append(out, weightedShape{shape: *first[k], weight: float64(counts[k])})
+		covered += counts[k]
+		if float64(covered) >= typicalShareOfRequests*float64(samples) {
+			break
+		}
+	}
+	for i := range out {
+		out[i].weight /= float64(covered)
+	}
+	return out, samples
+}
+
+// fragmentation is the share of the free capacity of type t in the pools
+// of in (schedulable devices, on the type's common scale) that the typical
+// recent requests for it could not use, and the number of recent requests
+// behind the figure. Devices of other pools are hidden from the measure by
+// an overlay that shows them full.
+func (s *State) fragmentation(t DeviceType, in poolSet) (float64, int) {
+	shapes, samples := s.relevantShapes(t, in)
+	if len(shapes) == 0 {
+		return 0, samples
+	}
+	m := newFragMeasure(s, t)
+	fits := make([][][]*class, len(shapes))
+	for i := range shapes {
+		fits[i] = m.classesFor(&shapes[i].shape)
+	}
+	free, frag := 0.0, 0.0
+	for _, hid := range sortedKeys(s.hosts) {
+		h := s.hosts[hid]
+		if !h.Up {
+			continue
+		}
+		hostFree := 0.0
+		var hide *overlay
+		for _, id := range h.Devices {
+			d := s.devices[id]
+			if d.Type != t {
+				continue
+			}
+			if !in(d.Pool) {
+				if hide == nil {
+					hide = newOverlay()
+				}
+				hide.add(d.ID, d.cls.caps, 1)
+				continue
+			}
+			if d.Status == Available {
+				hostFree += m.free(d, nil)
+			}
+		}
+		if hostFree == 0 {
+			continue
+		}
+		free += hostFree
+		for i := range shapes {
+			frag += shapes[i].weight * m.unusable(h, &shapes[i].shape, fits[i], hide)
+		}
+	}
+	if free == 0 {
+		return 0, samples
+	}
+	return math.Min(1, frag/free), samples
+}
+
+// fragMeasure is the measure of frag.go's unusable (after FGD) restated
+// over read-only inputs: the placement helpers keep caches (class fits,
+// the common scale) that they fill on first use, and statistics are read
+// side by side under a shared lock, so they must not write to the state.
+type fragMeasure struct {
+	s *State
+	t DeviceType
+	// norms is the common scale per type: the largest capacity of each
+	// dimension among the type's device classes.
+	norms map[DeviceType]vec
+}
+
+func newFragMeasure(s *State, t DeviceType) *fragMeasure {
+	return &fragMeasure{s: s, t: t, norms: map[DeviceType]vec{}}
+}
+
+func (m *fragMeasure) norm(t DeviceType) vec {
+	n, ok := m.norms[t]
+	if !ok {
+		for _, c := range m.s.idx.byType[t] {
+			for i, x := range c.caps {
+				if x > n[i] {
+					n[i] = x
+				}
+			}
+		}
+		m.norms[t] = n
+	}
+	return n
+}
+
+// free is a device's free capacity on its type's common scale, with the
+// overlay's changes applied.
+func (m *fragMeasure) free(d *Device, ov *overlay) float64 {
+	used, n := d.Used.vec(), len(d.Allocations)
+	if ov != nil {
+		used = used.add(ov.used[d.ID])
+		n += ov.n[d.ID]
+	}
+	if !d.cls.shareable && n > 0 {
+		return 0
+	}
+	norm := m.norm(d.Type)
+	w := 0.0
+	for i, x := range d.cls.caps.sub(used) {
+		if norm[i] > 0 && x > 0 {
+			w += x / norm[i]
+		}
+	}
+	return w
+}
+
+// classesFor returns, per claim of a shape, the classes that pass its
+// static filters (a shape carries no labels).
+func (m *fragMeasure) classesFor(sh *Shape) [][]*class {
+	out := make([][]*class, len(sh.Claims))
+	var none LabelSelector
+	for i := range sh.Claims {
+		cl := &sh.Claims[i]
+		for _, c := range m.s.idx.byType[cl.Type] {
+			if staticFit(c, cl, cl.Pool, &none) == "" {
+				out[i] = append(out[i], c)
+			}
+		}
+	}
+	return out
+}
+
+// hostTakes reports whether h could take every claim of sh at once,
+// filling each claim with the fitting devices that have the least free
+// capacity first (as BestFit does).
+func (m *fragMeasure) hostTakes(h *Host, sh *Shape, fits [][]*class, ov *overlay) bool {
+	local := ov.clone()
+	for i := range sh.Claims {
+		cl := &sh.Claims[i]
+		var cands []*Device
+		var keys []float64
+		for _, id := range h.Devices {
+			d := m.s.devices[id]
+			if d.Type != cl.Type || !containsClass(fits[i], d.cls) {
+				continue
+			}
+			amt, whole := take(d.cls, cl)
+			if m.s.fits(d, amt, whole, local) {
+				cands = append(cands, d)
+				keys = append(keys, m.free(d, local))
+			}
+		}
+		if len(cands) < cl.Count {
+			return false
+		}
+		idx := make([]int, len(cands))
+		for j := range idx {
+			idx[j] = j
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return keys[idx[a]] < keys[idx[b]] })
+		for _, j := range idx[:cl.Count] {
+			amt, _ := take(cands[j].cls, cl)
+			local.add(cands[j].ID, amt, 1)
+		}
+	}
+	return true
+}
+
+// unusable is the free capacity of the measured type on h that shape sh
+// could not use: all of it when the shape does not fit on h, else that of
+// the devices that cannot take its first claim of the type.
+func (m *fragMeasure) unusable(h *Host, sh *Shape, fits [][]*class, ov *overlay) float64 {
+	free := 0.0
+	for _, id := range h.Devices {
+		if d := m.s.devices[id]; d.Type == m.t && d.Status == Available {
+			free += m.free(d, ov)
+		}
+	}
+	if free == 0 {
+		return 0
+	}
+	for _, f := range fits {
+		if len(f) == 0 {
+			return free
+		}
+	}
+	if !m.hostTakes(h, sh, fits, ov) {
+		return free
+	}
+	for i := range sh.Claims {
+		cl := &sh.Claims[i]
+		if cl.Type != m.t {
+			continue
+		}
+		frag := 0.0
+		for _, id := range h.Devices {
+			d := m.s.devices[id]
+			if d.Type != m.t || d.Status != Available {
+				continue
+			}
+			amt, whole := take(d.cls, cl)
+			if !containsClass(fits[i], d.cls) || !m.s.fits(d, amt, whole, ov) {
+				frag += m.free(d, ov)
+			}
+		}
+		return frag
+	}
+	return 0
+}
+
+// deviceCounts counts the devices of type t in the pools of in.
+func (s *State) deviceCounts(t DeviceType, in poolSet) DeviceCounts {
+	var c DeviceCounts
+	for _, d := range s.devices { // counting only
+		if d.Type == t && in(d.Pool) {
+			c.add(s, d)
+		}
+	}
+	return c
+}
+
+// devicePools lists, per type, the pools that hold devices of the type.
+func (s *State) devicePools() map[DeviceType]map[string]bool {
+	out := map[DeviceType]map[string]bool{}
+	for _, d := range s.devices {
+		if out[d.Type] == nil {
+			out[d.Type] = map[string]bool{}
+		}
+		out[d.Type][d.Pool] = true
+	}
+	return out
+}
+
+// Stats returns statistics per device type: for each type, its total over
+// every pool (Pool == AllPools) followed by one entry per pool, sorted by
+// pool name. Types come in DeviceTypes order. A type appears when it has
+// devices or allocations; a type named by the filter always has its total.
+func (s *State) Stats(f StatsFilter) []Stats {
+	buckets := s.allocBuckets(f.Type)
+	pools := s.devicePools()
+	out := []Stats{}
+	for _, t := range DeviceTypes {
+		if f.Type != "" && t != f.Type {
+			continue
+		}
+		names := map[string]bool{}
+		for p := range pools[t] {
+			names[p] = true
+		}
+		for p := range buckets[t] {
+			names[p] = true
+		}
+		if len(names) == 0 && f.Type == "" {
+			continue
+		}
+		if f.Pool == "" || f.Pool == AllPools {
+			var all []*Allocation
+			for _, p := range sortedKeys(buckets[t]) {
+				all = append(all, buckets[t][p]...)
+			}
+			sort.Slice(all, func(i, j int) bool { return all[i].Seq < all[j].Seq })
+			out = append(out, s.statsOf(t, AllPools, all))
+		}
+		if f.Pool == AllPools {
+			continue
+		}
+		for _, p := range sortedKeys(names) {
+			if f.Pool != "" && p != f.Pool {
+				continue
+			}
+			out = append(out, s.statsOf(t, p, buckets[t][p]))
+		}
+	}
+	return out
+}
+
+// statsOf computes one Stats entry from its allocations (in Seq order).
+func (s *State) statsOf(t DeviceType, pool string, list []*Allocation) Stats {
+	in := onePool(pool)
+	sum := s.summarize(list)
+	policyPool := pool
+	if pool == AllPools {
+		policyPool = ""
+	}
+	frag, _ := s.fragmentation(t, in)
+	return Stats{
+		Type:          t,
+		Pool:          pool,
+		Policy:        s.policyFor(t, policyPool),
+		Counts:        sum.counts,
+		SuccessRate:   successRate(sum.counts),
+		Duration:      sum.duration,
+		QueueWait:     sum.queueWait,
+		Utilisation:   s.utilisation(t, in),
+		Fragmentation: frag,
+		Devices:       s.deviceCounts(t, in),
+	}
+}
+
+// PoolInfo describes a pool: the device types it holds, its devices by
+// status and the policy in force for each type.
+type PoolInfo struct {
+	Name    string       `json:"name"`
+	Types   []DeviceType `json:"types"`
+	Devices DeviceCounts `json:"devices"`
+	// Override is the pool's own policy; nil when each type's policy applies.
+	Override *PolicyConfig `json:"override,omitempty"`
+	// Policies is the policy in force for each type the pool holds.
+	Policies map[DeviceType]PolicyConfig `json:"policies"`
+}
+
+// Pools lists every pool that holds devices or has a policy override,
+// sorted by name.
+func (s *State) Pools() []PoolInfo {
+	byName := map[string]*PoolInfo{}
+	get := func(name string) *PoolInfo {
+		p := byName[name]
+		if p == nil {
+			p = &PoolInfo{Name: name, Types: []DeviceType{}, Policies: map[DeviceType]PolicyConfig{}}
+			byName[name] = p
+		}
+		return p
+	}
+	for _, d := range s.devices { // counting only; types are sorted below
+		p := get(d.Pool)
+		p.Devices.add(s, d)
+		if _, ok := p.Policies[d.Type]; !ok {
+			p.Policies[d.Type] = s.policyFor(d.Type, d.Pool)
+		}
+	}
+	for name, c := range s.poolPolicies {
+		get(name).Override = &c
+	}
+	out := make([]PoolInfo, 0, len(byName))
+	for _, name := range sortedKeys(byName) {
+		p := byName[name]
+		for _, t := range DeviceTypes {
+			if _, ok := p.Policies[t]; ok {
+				p.Types = append(p.Types, t)
+			}
+		}
+		out = append(out, *p)
+	}
+	return out
+}

@@ -1,0 +1,281 @@
+package agentconfig
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/fsm"
+)
+
+type (
+	fsmHost    = fsm.HostSpec
+	fsmDevices = []fsm.DeviceSpec
+)
+
+// env is a fake environment.
+type env map[string]string
+
+func (e env) get(k string) string { return e[k] }
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const serverHCL = `
+node_name = "from-file"
+data_dir  = "/var/lib/dmsc"
+http_addr = "0.0.0.0:4646"
+join      = ["10.0.0.1", "10.0.0.2:5000"]
+ports {
+  rpc = 7001
+}
+server {
+  enabled          = true
+  bootstrap_expect = 3
+  host_down_grace  = "45s"
+}
+host {
+  labels = { rack = "r1", zone = "a" }
+}
+`
+
+func TestPrecedenceFileEnvFlags(t *testing.T) {
+	file := writeFile(t, "server.hcl", serverHCL)
+	cases := []struct {
+		name  string
+		args  []string
+		env   env
+		check func(t *testing.T, c *Config)
+	}{
+		{
+			name: "file only",
+			args: []string{"-config", file},
+			check: func(t *testing.T, c *Config) {
+				want := []string{"10.0.0.1:4649", "10.0.0.2:5000"}
+				if c.NodeName != "from-file" || c.DataDir != "/var/lib/dmsc" || !c.Server || c.BootstrapExpect != 3 ||
+					c.RPCPort != 7001 || c.RaftPort != cluster.DefaultRaftPort || c.HostDownGrace != 45*time.Second ||
+					!reflect.DeepEqual(c.Join, want) || c.HostLabels["rack"] != "r1" || c.HTTPAddr != "0.0.0.0:4646" {
+					t.Fatalf("config = %+v", c)
+				}
+			},
+		},
+		{
+			name: "env beats file",
+			args: []string{"-config", file},
+			env:  env{"DMSC_NODE_NAME": "from-env", "DMSC_BOOTSTRAP_EXPECT": "5", "DMSC_JOIN": "a:1, b:2", "DMSC_HOST_DOWN_GRACE": "1m"},
+			check: func(t *testing.T, c *Config) {
+				if c.NodeName != "from-env" || c.BootstrapExpect != 5 || !reflect.DeepEqual(c.Join, []string{"a:1", "b:2"}) ||
+					c.HostDownGrace != time.Minute || c.DataDir != "/var/lib/dmsc" {
+					t.Fatalf("config = %+v", c)
+				}
+			},
+		},
+		{
+			name: "flags beat env and file; repeated list flags collect",
+			args: []string{"-config", file, "-node", "from-flag", "-join", "x:1", "-join", "y:2,z", "-bootstrap-expect", "1", "-label", "rack=r9"},
+			env:  env{"DMSC_NODE_NAME": "from-env", "DMSC_BOOTSTRAP_EXPECT": "5", "DMSC_JOIN": "a:1"},
+			check: func(t *testing.T, c *Config) {
+				if c.NodeName != "from-flag" || c.BootstrapExpect != 1 || !reflect.DeepEqual(c.Join, []string{"x:1", "y:2", "z:4649"}) ||
+					!reflect.DeepEqual(c.HostLabels, map[string]string{"rack": "r9"}) {
+					t.Fatalf("config = %+v", c)
+				}
+			},
+		},
+		{
+			name: "bool flag false beats env true",
+			args: []string{"-config", file, "-log-json=false"},
+			env:  env{"DMSC_LOG_JSON": "true"},
+			check: func(t *testing.T, c *Config) {
+				if c.LogJSON {
+					t.Fatal("log-json from env won over -log-json=false")
+				}
+			},
+		},
+		{
+			name: "DMSC_CONFIG names the file when no -config",
+			env:  env{"DMSC_CONFIG": file},
+			check: func(t *testing.T, c *Config) {
+				if c.NodeName != "from-file" || !reflect.DeepEqual(c.ConfigFiles, []string{file}) {
+					t.Fatalf("config = %+v", c)
+				}
+			},
+		},
+		{
+			name: "dev defaults, overridable",
+			args: []string{"-dev", "-http-addr", "127.0.0.1:0"},
+			check: func(t *testing.T, c *Config) {
+				if !c.Dev || !c.Server || c.BootstrapExpect != 1 || c.BindAddr != "127.0.0.1" || c.RaftPort != 0 ||
+					c.HTTPAddr != "127.0.0.1:0" || c.NodeName != "dev" {
+					t.Fatalf("config = %+v", c)
+				}
+			},
+		},
+		{
+			name: "host with discovery",
+			args: []string{"-host", "-join", "10.0.0.1", "-discover", "nvidia,cpu", "-node", "gpu-7"},
+			check: func(t *testing.T, c *Config) {
+				if !c.Host || c.Server || !reflect.DeepEqual(c.Discover, []string{"nvidia", "cpu"}) {
+					t.Fatalf("config = %+v", c)
+				}
+				cc := c.ClusterConfig("", func() (_ fsmHost, _ fsmDevices, _ error) { return }, "v", nil)
+				if cc.NodeID != "gpu-7" || cc.Server || cc.Inventory == nil || cc.Join[0] != "10.0.0.1:4649" {
+					t.Fatalf("cluster config = %+v", cc)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := tc.env
+			if e == nil {
+				e = env{}
+			}
+			c, err := Load(tc.args, e.get)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestJSONConfigFile(t *testing.T) {
+	file := writeFile(t, "server.json", `{
+  "node_name": "json-node",
+  "data_dir": "/data",
+  "server": {"enabled": true, "bootstrap_expect": 3},
+  "ports": {"gossip": 9000}
+}`)
+	c, err := Load([]string{"-config", file}, env{}.get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeName != "json-node" || c.BootstrapExpect != 3 || c.GossipPort != 9000 {
+		t.Fatalf("config = %+v", c)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	server := []string{"-server", "-data-dir", "/d", "-bootstrap-expect", "3"}
+	cases := []struct {
+		name   string
+		args   []string
+		env    env
+		errHas string
+	}{
+		{"no role", nil, nil, "choose a role"},
+		{"server without data dir", []string{"-server", "-bootstrap-expect", "1"}, nil, "needs -data-dir"},
+		{"server that can neither form nor join", []string{"-server", "-data-dir", "/d"}, nil, "needs -bootstrap-expect N to form"},
+		{"bootstrap-expect too large", append(server, "-bootstrap-expect", "9"), nil, "bootstrap-expect is 9"},
+		{"bootstrap-expect on a host", []string{"-host", "-join", "a", "-devices", "d.json", "-bootstrap-expect", "3"}, nil, "bootstrap-expect is for servers"},
+		{"host without join", []string{"-host", "-devices", "d.json"}, nil, "needs -join"},
+		{"host without inventory", []string{"-host", "-join", "a"}, nil, "needs -devices FILE or -discover"},
+		{"unknown discover source", []string{"-host", "-join", "a", "-discover", "amd"}, nil, `discover source "amd" is unknown`},
+		{"bad bind", append(server, "-bind", "localhost"), nil, `bind address "localhost" is not an IP`},
+		{"bad http addr", append(server, "-http-addr", "4646"), nil, `http-addr "4646"`},
+		{"same ports", append(server, "-rpc-port", "5000", "-raft-port", "5000"), nil, "are both 5000"},
+		{"port range", append(server, "-gossip-port", "70000"), nil, "gossip-port is 70000"},
+		{"bad level", append(server, "-log-level", "loud"), nil, `log level "loud" is unknown`},
+		{"bad duration flag", append(server, "-host-down-grace", "soon"), nil, "-host-down-grace: \"soon\" is not a duration"},
+		{"bad int env", server, env{"DMSC_RPC_PORT": "x"}, "environment DMSC_RPC_PORT: \"x\" is not a whole number"},
+		{"bad bool env", server, env{"DMSC_LOG_JSON": "yes please"}, "environment DMSC_LOG_JSON"},
+		{"bad label", append(server, "-label", "rack"), nil, `-label: "rack" is not key=value`},
+		{"lease above heartbeat", append(server, "-heartbeat-timeout", "100ms", "-leader-lease-timeout", "1s"), nil, "exceeds heartbeat-timeout"},
+		{"node name with space", append(server, "-node", "a b"), nil, "node name \"a b\""},
+		{"unknown flag", []string{"-servr"}, nil, "flag provided but not defined: -servr"},
+		{"stray argument", []string{"-server", "extra"}, nil, `unexpected argument "extra"`},
+		{"missing config file", []string{"-config", filepath.Join(dir, "none.hcl")}, nil, "no such file"},
+		{"unknown file key", []string{"-config", bad("k.hcl", "node = \"x\"\n")}, nil, `k.hcl:1,1: Unsupported argument: An argument named "node" is not expected here`},
+		{"unknown block", []string{"-config", bad("b.hcl", "client {\n}\n")}, nil, `Unsupported block type`},
+		{"wrong type in file", []string{"-config", bad("t.hcl", "server {\n  bootstrap_expect = \"three\"\n}\n")}, nil, "t.hcl:2,23: Unsuitable value type: Unsuitable value: a number is required"},
+		{"bad duration in file", []string{"-config", bad("d.hcl", "server {\n  host_down_grace = \"3 days\"\n}\n")}, nil, "server.host_down_grace: \"3 days\" is not a duration"},
+		{"syntax error", []string{"-config", bad("s.hcl", "server {\n")}, nil, "s.hcl:"},
+		{"bad json", []string{"-config", bad("j.json", `{"server": {"enabled": tru}}`)}, nil, "j.json:1"},
+		{"unknown json key", []string{"-config", bad("u.json", `{"servers": {}}`)}, nil, `No argument or block type is named "servers". Did you mean "server"?`},
+		{"file too large", []string{"-config", bad("big.hcl", strings.Repeat("#", maxConfigFileBytes+1))}, nil, "larger than"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := tc.env
+			if e == nil {
+				e = env{}
+			}
+			_, err := Load(tc.args, e.get)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.errHas) {
+				t.Fatalf("err = %v, want ErrInvalid containing %q", err, tc.errHas)
+			}
+		})
+	}
+}
+
+func TestHelpIsNotAnError(t *testing.T) {
+	if _, err := Load([]string{"-help"}, env{}.get); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err = %v, want flag.ErrHelp", err)
+	}
+}
+
+// Every file key has a setting and every setting a file key, a unique flag
+// and a unique DMSC_ variable.
+func TestSettingsCoverTheFileSchema(t *testing.T) {
+	keys := fileKeys(reflect.TypeOf(fileConfig{}), "")
+	var settingKeys []string
+	flags, envs := map[string]bool{}, map[string]bool{}
+	for _, s := range Settings {
+		settingKeys = append(settingKeys, s.File)
+		if flags[s.Flag] || envs[s.Env] || !strings.HasPrefix(s.Env, "DMSC_") {
+			t.Errorf("setting %+v repeats a flag or env name, or its env lacks DMSC_", s.Flag)
+		}
+		flags[s.Flag], envs[s.Env] = true, true
+		if s.set(&Config{}, []string{}) != nil {
+			t.Errorf("setting %s: empty set fails", s.Flag)
+		}
+	}
+	sort.Strings(keys)
+	sort.Strings(settingKeys)
+	if !reflect.DeepEqual(keys, settingKeys) {
+		t.Fatalf("file keys %v\nsettings  %v", keys, settingKeys)
+	}
+	for _, s := range Settings {
+		if !strings.Contains(Usage(), "-"+s.Flag) {
+			t.Errorf("usage lacks -%s", s.Flag)
+		}
+	}
+}
+
+func TestDeployExamplesLoad(t *testing.T) {
+	for _, name := range []string{"server.hcl", "host.hcl", "server.json"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join("..", "..", "deploy", name)
+			c, err := Load([]string{"-config", path}, env{}.get)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := c.ClusterConfig(c.DataDir, func() (_ fsmHost, _ fsmDevices, _ error) { return }, "test", nil)
+			cc.AdvertiseAddr = "10.0.0.9" // the examples leave it to the machine's private IP
+			if _, err := cluster.New(cc); err != nil {
+				t.Fatalf("cluster refuses %s: %v", name, err)
+			}
+		})
+	}
+}

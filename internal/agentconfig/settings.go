@@ -1,0 +1,185 @@
+package agentconfig
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dmsc/dmsc/cluster"
+)
+
+// Setting is one configuration value and its three spellings.
+type Setting struct {
+	// Flag is the flag name without the dash.
+	Flag string
+	// Env is the environment variable.
+	Env string
+	// File is the key in the config file; a dot separates block and key.
+	File string
+	// Usage is the help text.
+	Usage string
+	// field returns a pointer to the value in a Config.
+	field func(c *Config) any
+}
+
+// Settings lists every setting in help order.
+var Settings = []Setting{
+	{"node", "DMSC_NODE_NAME", "node_name", "unique, stable node name (default: the short hostname)", func(c *Config) any { return &c.NodeName }},
+	{"data-dir", "DMSC_DATA_DIR", "data_dir", "directory for the Raft log, stable store and snapshots (servers)", func(c *Config) any { return &c.DataDir }},
+	{"bind", "DMSC_BIND_ADDR", "bind_addr", "IP address the cluster ports bind", func(c *Config) any { return &c.BindAddr }},
+	{"advertise", "DMSC_ADVERTISE_ADDR", "advertise_addr", "IP address other nodes use to reach this one (default: bind address, or the first private IP)", func(c *Config) any { return &c.AdvertiseAddr }},
+	{"http-addr", "DMSC_HTTP_ADDR", "http_addr", "host:port of the HTTP API", func(c *Config) any { return &c.HTTPAddr }},
+	{"raft-port", "DMSC_RAFT_PORT", "ports.raft", "Raft TCP port (0: any free port)", func(c *Config) any { return &c.RaftPort }},
+	{"rpc-port", "DMSC_RPC_PORT", "ports.rpc", "node-to-node RPC TCP port (0: any free port)", func(c *Config) any { return &c.RPCPort }},
+	{"gossip-port", "DMSC_GOSSIP_PORT", "ports.gossip", "gossip TCP and UDP port (0: any free port)", func(c *Config) any { return &c.GossipPort }},
+	{"log-level", "DMSC_LOG_LEVEL", "log_level", "trace, debug, info, warn or error", func(c *Config) any { return &c.LogLevel }},
+	{"log-json", "DMSC_LOG_JSON", "log_json", "log in JSON", func(c *Config) any { return &c.LogJSON }},
+	{"enable-debug", "DMSC_ENABLE_DEBUG", "enable_debug", "serve /debug/pprof/ on the HTTP API", func(c *Config) any { return &c.EnableDebug }},
+
+	{"join", "DMSC_JOIN", "join", "gossip address (host[:port]) of a server to join; repeat or separate with commas", func(c *Config) any { return &c.Join }},
+	{"retry-interval", "DMSC_RETRY_INTERVAL", "retry_interval", "wait between join attempts", func(c *Config) any { return &c.RetryJoinInterval }},
+
+	{"server", "DMSC_SERVER", "server.enabled", "run as a server (a Raft voter holding the state)", func(c *Config) any { return &c.Server }},
+	{"bootstrap-expect", "DMSC_BOOTSTRAP_EXPECT", "server.bootstrap_expect", "servers to wait for before the first election of a new cluster", func(c *Config) any { return &c.BootstrapExpect }},
+	{"heartbeat-timeout", "DMSC_HEARTBEAT_TIMEOUT", "server.heartbeat_timeout", "Raft heartbeat timeout", func(c *Config) any { return &c.HeartbeatTimeout }},
+	{"election-timeout", "DMSC_ELECTION_TIMEOUT", "server.election_timeout", "Raft election timeout", func(c *Config) any { return &c.ElectionTimeout }},
+	{"leader-lease-timeout", "DMSC_LEADER_LEASE_TIMEOUT", "server.leader_lease_timeout", "Raft leader lease timeout", func(c *Config) any { return &c.LeaderLeaseTimeout }},
+	{"commit-timeout", "DMSC_COMMIT_TIMEOUT", "server.commit_timeout", "Raft commit timeout", func(c *Config) any { return &c.CommitTimeout }},
+	{"snapshot-threshold", "DMSC_SNAPSHOT_THRESHOLD", "server.snapshot_threshold", "log entries between snapshots", func(c *Config) any { return &c.SnapshotThreshold }},
+	{"snapshot-interval", "DMSC_SNAPSHOT_INTERVAL", "server.snapshot_interval", "how often the snapshot threshold is checked", func(c *Config) any { return &c.SnapshotInterval }},
+	{"trailing-logs", "DMSC_TRAILING_LOGS", "server.trailing_logs", "log entries kept after a snapshot", func(c *Config) any { return &c.TrailingLogs }},
+	{"snapshot-retain", "DMSC_SNAPSHOT_RETAIN", "server.snapshot_retain", "snapshots kept on disk", func(c *Config) any { return &c.SnapshotRetain }},
+	{"tick-interval", "DMSC_TICK_INTERVAL", "server.tick_interval", "how often the leader advances time when no deadline is due sooner", func(c *Config) any { return &c.TickInterval }},
+	{"reconcile-interval", "DMSC_RECONCILE_INTERVAL", "server.reconcile_interval", "how often the leader reconciles gossip with the Raft configuration and hosts", func(c *Config) any { return &c.ReconcileInterval }},
+	{"dead-server-grace", "DMSC_DEAD_SERVER_GRACE", "server.dead_server_grace", "how long a failed server stays in the Raft configuration", func(c *Config) any { return &c.DeadServerGrace }},
+	{"host-down-grace", "DMSC_HOST_DOWN_GRACE", "server.host_down_grace", "how long a host may be gone before it is marked down", func(c *Config) any { return &c.HostDownGrace }},
+	{"no-leader-hold", "DMSC_NO_LEADER_HOLD", "server.no_leader_hold", "how long a write waits for a leader before a retryable error", func(c *Config) any { return &c.NoLeaderHold }},
+
+	{"gossip-probe-interval", "DMSC_GOSSIP_PROBE_INTERVAL", "gossip.probe_interval", "gossip failure-detection probe interval", func(c *Config) any { return &c.GossipProbeInterval }},
+	{"gossip-suspicion-mult", "DMSC_GOSSIP_SUSPICION_MULT", "gossip.suspicion_mult", "gossip suspicion multiplier", func(c *Config) any { return &c.GossipSuspicionMult }},
+
+	{"host", "DMSC_HOST", "host.enabled", "report this machine's devices to the cluster", func(c *Config) any { return &c.Host }},
+	{"devices", "DMSC_DEVICES", "host.devices_file", "devices.json inventory file", func(c *Config) any { return &c.DevicesFile }},
+	{"discover", "DMSC_DISCOVER", "host.discover", "discover devices: any of nvidia, cpu, memory (comma-separated)", func(c *Config) any { return &c.Discover }},
+	{"nvidia-smi", "DMSC_NVIDIA_SMI", "host.nvidia_smi", "nvidia-smi binary used by -discover nvidia", func(c *Config) any { return &c.NVIDIASMI }},
+	{"reserve-memory-gb", "DMSC_RESERVE_MEMORY_GB", "host.reserve_memory_gb", "GiB of discovered memory kept back for the system", func(c *Config) any { return &c.ReserveMemoryGB }},
+	{"label", "DMSC_HOST_LABELS", "host.labels", "host label key=value added to every device; repeat or separate with commas", func(c *Config) any { return &c.HostLabels }},
+	{"inventory-interval", "DMSC_INVENTORY_INTERVAL", "host.inventory_interval", "how often the inventory is re-read", func(c *Config) any { return &c.InventoryInterval }},
+}
+
+// isBool reports whether the setting is a switch.
+func (s Setting) isBool() bool {
+	_, ok := s.field(&Config{}).(*bool)
+	return ok
+}
+
+// isList reports whether the setting takes several values.
+func (s Setting) isList() bool {
+	switch s.field(&Config{}).(type) {
+	case *[]string, *map[string]string:
+		return true
+	}
+	return false
+}
+
+// set parses vals into the setting's field of c. A list setting takes
+// every value (each may hold several, separated by commas) and replaces
+// the list; a single-valued setting takes the last.
+func (s Setting) set(c *Config, vals []string) error {
+	if len(vals) == 0 {
+		return nil
+	}
+	last := strings.TrimSpace(vals[len(vals)-1])
+	switch p := s.field(c).(type) {
+	case *string:
+		*p = last
+	case *bool:
+		v, err := strconv.ParseBool(last)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", last)
+		}
+		*p = v
+	case *int:
+		v, err := strconv.Atoi(last)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", last)
+		}
+		*p = v
+	case *uint64:
+		v, err := strconv.ParseUint(last, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number ≥ 0", last)
+		}
+		*p = v
+	case *float64:
+		v, err := strconv.ParseFloat(last, 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%q is not a number", last)
+		}
+		*p = v
+	case *time.Duration:
+		v, err := time.ParseDuration(last)
+		if err != nil || v < 0 {
+			return fmt.Errorf("%q is not a duration ≥ 0 such as 500ms, 30s or 10m", last)
+		}
+		*p = v
+	case *[]string:
+		var list []string
+		for _, v := range splitList(vals) {
+			if s.Flag == "join" {
+				v = withDefaultPort(v, cluster.DefaultGossipPort)
+			}
+			list = append(list, v)
+		}
+		*p = list
+	case *map[string]string:
+		m := map[string]string{}
+		for _, kv := range splitList(vals) {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				return fmt.Errorf("%q is not key=value", kv)
+			}
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+		*p = m
+	default:
+		return fmt.Errorf("setting %s has an unsupported type %T", s.Flag, p)
+	}
+	return nil
+}
+
+// splitList splits every value at commas and drops empty items.
+func splitList(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				out = append(out, item)
+			}
+		}
+	}
+	return out
+}
+
+// withDefaultPort adds port to an address without one ("10.0.0.1",
+// "[::1]", "server-1").
+func withDefaultPort(addr string, port int) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]")
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// settingByFile finds a setting by its file key.
+func settingByFile(key string) (Setting, bool) {
+	for _, s := range Settings {
+		if s.File == key {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}

@@ -1,0 +1,88 @@
+package discover
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dmsc/dmsc/fsm"
+)
+
+func TestMemTotalKB(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     uint64
+		errHas   string
+	}{
+		{name: "typical", in: "MemTotal:       263785436 kB\nMemFree: 1 kB\n", want: 263785436},
+		{name: "not first", in: "MemFree: 1 kB\nMemTotal: 2048 kB\n", want: 2048},
+		{name: "missing", in: "MemFree: 1 kB\n", errHas: "no MemTotal"},
+		{name: "not a number", in: "MemTotal: lots kB\n", errHas: "not a positive number"},
+		{name: "zero", in: "MemTotal: 0 kB\n", errHas: "not a positive number"},
+		{name: "wrong unit", in: "MemTotal: 12 MB\n", errHas: "is not"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := MemTotalKB(strings.NewReader(tc.in))
+			if tc.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.errHas)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLocalDiscoverFromRecording(t *testing.T) {
+	got, err := Local{HostID: "node7", ProcDir: "testdata", Cores: 128, ReserveMemoryGB: 4}.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Devices) != 2 {
+		t.Fatalf("devices = %+v, want CPU and memory", got.Devices)
+	}
+	cpu, mem := got.Devices[0], got.Devices[1]
+	if cpu.ID != "node7-cpu" || cpu.Type != fsm.CPU || !cpu.Shareable || cpu.Capabilities.ComputeUnits != 128 || cpu.Name != "AMD EPYC 7763 64-Core Processor" {
+		t.Errorf("cpu = %+v", cpu)
+	}
+	// 263785436 kB is 251.57 GiB; 4 are reserved.
+	if mem.ID != "node7-memory" || mem.Type != fsm.Memory || !mem.Shareable || mem.Capabilities.MemoryGB != 247.57 {
+		t.Errorf("memory = %+v", mem)
+	}
+	checkRegistrable(t, got.Devices)
+}
+
+func TestLocalDiscoverReserveTooLarge(t *testing.T) {
+	if _, err := (Local{ProcDir: "testdata", ReserveMemoryGB: 1000}).Discover(); err == nil || !strings.Contains(err.Error(), "leaves nothing") {
+		t.Fatalf("err = %v, want a reservation error", err)
+	}
+}
+
+func TestLocalDiscoverWithoutMeminfo(t *testing.T) {
+	dir := t.TempDir()
+	got, err := Local{HostID: "h", ProcDir: dir}.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Devices) != 1 || got.Devices[0].Type != fsm.CPU || len(got.Warnings) != 1 {
+		t.Fatalf("got %+v, want only the CPU and a warning", got)
+	}
+}
+
+func TestLocalDiscoverThisMachine(t *testing.T) {
+	if _, err := os.Stat(filepath.Join("/proc", "meminfo")); err != nil {
+		t.Skip("no /proc/meminfo on this system")
+	}
+	got, err := Local{HostID: "self"}.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Devices) != 2 || got.Devices[0].Capabilities.ComputeUnits < 1 || got.Devices[1].Capabilities.MemoryGB <= 0 {
+		t.Fatalf("got %+v", got.Devices)
+	}
+}

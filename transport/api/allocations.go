@@ -1,0 +1,246 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+// slotKey keys the request's concurrency slot in its context, so that a
+// handler that starts to wait can trade it for a blocking slot.
+type slotKey struct{}
+
+type slot struct{ release func() }
+
+// toBlocking trades the request's regular slot for a blocking one; false
+// when every blocking slot is taken (the request should not wait).
+func (s *Server) toBlocking(ctx context.Context) bool {
+	sl, _ := ctx.Value(slotKey{}).(*slot)
+	if sl == nil {
+		return true
+	}
+	release, ok := s.acquire(true)
+	if !ok {
+		return false
+	}
+	sl.release()
+	sl.release = release
+	return true
+}
+
+// POST /v1/allocations
+func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error {
+	cmd, body, err := decodeAllocate(r.Body)
+	if err != nil {
+		return err
+	}
+	wait, err := boolParam(r.URL.Query(), "wait")
+	if err != nil {
+		return err
+	}
+	wait = wait || body.Wait
+	res, err := s.write(w, r, cmd, body.RequestID)
+	if err != nil {
+		return err
+	}
+	a := res.Allocation
+	if a == nil {
+		// A repeated request ID whose allocation the history no longer holds.
+		return notFound("allocation of request", fsm.RequestIDOf(cmd))
+	}
+	if wait && a.Status == fsm.Pending && s.toBlocking(r.Context()) {
+		if a, err = s.waitPlaced(w, r, a, res.Index); err != nil {
+			return err
+		}
+		if a.Status == fsm.TimedOut {
+			return &refusal{
+				err:          &fsm.Error{Code: fsm.ErrNoCapacity.Code, Message: "no capacity before the deadline: " + whySummary(a), WhyNot: a.WhyNot},
+				allocationID: a.ID, requestID: a.RequestID,
+			}
+		}
+	}
+	return answerAllocation(w, r, a)
+}
+
+func whySummary(a *fsm.Allocation) string {
+	if a.WhyNot != nil {
+		return a.WhyNot.Summary
+	}
+	return a.Reason
+}
+
+// waitPlaced blocks until a pending allocation is placed or ends, or its
+// timeout (plus WaitGrace, at most MaxAllocateWait) passes, with blocking
+// reads from the index of the allocate.
+func (s *Server) waitPlaced(w http.ResponseWriter, r *http.Request, a *fsm.Allocation, idx uint64) (*fsm.Allocation, error) {
+	deadline := time.Now().Add(min(a.Request.Timeout+s.opts.WaitGrace, s.opts.MaxAllocateWait))
+	for a.Status == fsm.Pending {
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			break
+		}
+		var cur *fsm.Allocation
+		meta, err := s.b.Read(r.Context(), cluster.ReadOptions{MinIndex: idx, Wait: remaining}, func(st *fsm.State) {
+			cur, _ = st.Allocation(a.ID)
+		})
+		if err != nil {
+			return a, err
+		}
+		setReadMeta(w, meta)
+		if cur == nil {
+			break
+		}
+		a = cur
+		idx = max(idx, meta.Index)
+	}
+	return a, nil
+}
+
+// answerAllocation answers an allocation: 202 while it is pending, 200
+// otherwise.
+func answerAllocation(w http.ResponseWriter, r *http.Request, a *fsm.Allocation) error {
+	status := http.StatusOK
+	if a.Status == fsm.Pending {
+		status = http.StatusAccepted
+	}
+	writeJSON(w, r, status, wire.AllocationOf(a))
+	return nil
+}
+
+// GET /v1/allocations
+func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f, err := parseAllocFilter(q)
+	if err != nil {
+		return err
+	}
+	p, err := parsePage(q)
+	if err != nil {
+		return err
+	}
+	history, err := boolParam(q, "history")
+	if err != nil {
+		return err
+	}
+	var list []*fsm.Allocation
+	err = s.read(w, r, func(st *fsm.State) {
+		list = list[:0]
+		for _, a := range st.Live() {
+			if f.match(st, a) {
+				list = append(list, a)
+			}
+		}
+		if history {
+			for _, a := range st.History() {
+				if f.match(st, a) {
+					list = append(list, a)
+				}
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	page, next := paginate(list, p)
+	writeJSON(w, r, http.StatusOK, allocationList(page, next))
+	return nil
+}
+
+// GET /v1/history
+func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f, err := parseAllocFilter(q)
+	if err != nil {
+		return err
+	}
+	p, err := parsePage(q)
+	if err != nil {
+		return err
+	}
+	var list []*fsm.Allocation
+	err = s.read(w, r, func(st *fsm.State) {
+		list = list[:0]
+		for _, a := range st.History() {
+			if f.match(st, a) {
+				list = append(list, a)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	page, next := paginate(list, p)
+	writeJSON(w, r, http.StatusOK, allocationList(page, next))
+	return nil
+}
+
+// GET /v1/queue
+func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) error {
+	var queue []*fsm.Allocation
+	if err := s.read(w, r, func(st *fsm.State) { queue = st.Queue() }); err != nil {
+		return err
+	}
+	out := make([]wire.Allocation, len(queue))
+	for i, a := range queue {
+		out[i] = wire.AllocationOf(a)
+	}
+	writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// GET /v1/allocations/{id}
+func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	var a *fsm.Allocation
+	if err := s.read(w, r, func(st *fsm.State) { a, _ = st.Allocation(id) }); err != nil {
+		return err
+	}
+	if a == nil {
+		return notFound("allocation", id)
+	}
+	writeJSON(w, r, http.StatusOK, wire.AllocationOf(a))
+	return nil
+}
+
+// allocationWrite serves release, renew and cancel.
+func (s *Server) allocationWrite(w http.ResponseWriter, r *http.Request, cmd fsm.Command, bodyID string) error {
+	res, err := s.write(w, r, cmd, bodyID)
+	if err != nil {
+		return err
+	}
+	if res.Allocation == nil {
+		return notFound("allocation of request", fsm.RequestIDOf(cmd))
+	}
+	return answerAllocation(w, r, res.Allocation)
+}
+
+// POST /v1/allocations/{id}/release
+func (s *Server) releaseAllocation(w http.ResponseWriter, r *http.Request) error {
+	body, err := decodeWrite(r.Body)
+	if err != nil {
+		return err
+	}
+	return s.allocationWrite(w, r, &fsm.Release{AllocationID: r.PathValue("id")}, body.RequestID)
+}
+
+// POST /v1/allocations/{id}/renew
+func (s *Server) renewAllocation(w http.ResponseWriter, r *http.Request) error {
+	cmd, err := decodeRenew(r.Body, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return s.allocationWrite(w, r, cmd, cmd.RequestID)
+}
+
+// POST /v1/allocations/{id}/cancel
+func (s *Server) cancelAllocation(w http.ResponseWriter, r *http.Request) error {
+	body, err := decodeWrite(r.Body)
+	if err != nil {
+		return err
+	}
+	return s.allocationWrite(w, r, &fsm.Cancel{AllocationID: r.PathValue("id")}, body.RequestID)
+}

@@ -1,0 +1,169 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+
+	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+func memberOf(m cluster.Member) wire.Member {
+	return wire.Member{
+		ID: m.ID, Server: m.Server, Host: m.Host, GossipAddr: m.GossipAddr, RaftAddr: m.RaftAddr,
+		RPCAddr: m.RPCAddr, HTTPAddr: m.HTTPAddr, Version: m.Version, Status: string(m.Status),
+		Since: m.Since, Leader: m.Leader,
+	}
+}
+
+func nodeStatusOf(st cluster.Status) wire.NodeStatus {
+	return wire.NodeStatus{
+		ID: st.ID, Server: st.Server, Host: st.Host, State: st.State, Leader: st.Leader,
+		KnownLeader: st.KnownLeader, LastContact: wire.Duration(st.LastContact), CommitIndex: st.CommitIndex,
+		AppliedIndex: st.AppliedIndex, Term: st.Term, Ready: st.Ready,
+	}
+}
+
+// GET /v1/cluster/members
+func (s *Server) getMembers(w http.ResponseWriter, r *http.Request) error {
+	members := s.b.Members()
+	out := make([]wire.Member, len(members))
+	for i, m := range members {
+		out[i] = memberOf(m)
+	}
+	writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// GET /v1/cluster/leader
+func (s *Server) getLeader(w http.ResponseWriter, r *http.Request) error {
+	l, ok := s.b.Leader()
+	if !ok {
+		return cluster.ErrNoLeader
+	}
+	writeJSON(w, r, http.StatusOK, wire.Leader{ID: l.ID, RaftAddr: l.RaftAddr, RPCAddr: l.RPCAddr, HTTPAddr: l.HTTPAddr})
+	return nil
+}
+
+// GET /v1/cluster/raft
+func (s *Server) getRaft(w http.ResponseWriter, r *http.Request) error {
+	cfg, err := s.b.RaftConfiguration()
+	if err != nil {
+		return err
+	}
+	out := wire.RaftConfiguration{Index: cfg.Index, Servers: make([]wire.RaftServer, len(cfg.Servers))}
+	for i, sv := range cfg.Servers {
+		out.Servers[i] = wire.RaftServer{ID: sv.ID, Address: sv.Address, Voter: sv.Voter, Leader: sv.Leader}
+	}
+	writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// DELETE /v1/cluster/raft/peers/{id}
+func (s *Server) removePeer(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
+	defer cancel()
+	if err := s.b.RemovePeer(ctx, r.PathValue("id")); err != nil {
+		return err
+	}
+	return s.getRaft(w, r)
+}
+
+// GET /v1/agent/self
+func (s *Server) getAgentSelf(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, r, http.StatusOK, wire.AgentSelf{
+		Version: s.opts.Version, Role: s.opts.Role, Member: memberOf(s.b.Self()),
+		Status: nodeStatusOf(s.b.Status()), Config: s.opts.Config,
+	})
+	return nil
+}
+
+// GET /v1/snapshot
+func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) error {
+	var buf bytes.Buffer
+	meta, err := s.b.SnapshotSave(r.Context(), &buf)
+	if err != nil {
+		return err
+	}
+	setReadMeta(w, meta)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="dmsc-`+strconv.FormatUint(meta.Index, 10)+`.snap"`)
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+	return nil
+}
+
+// PUT /v1/snapshot
+func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
+	// Read the upload first, so that an oversized one is refused before
+	// anything changes.
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(r.Body); err != nil {
+		return err
+	}
+	if buf.Len() == 0 {
+		return badRequest("request body is empty; upload a snapshot from GET /v1/snapshot")
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
+	defer cancel()
+	if err := s.b.SnapshotRestore(ctx, &buf); err != nil {
+		return err
+	}
+	var idx uint64
+	meta, err := s.b.Read(r.Context(), cluster.ReadOptions{}, func(*fsm.State) {})
+	if err == nil {
+		idx = meta.Index
+		setReadMeta(w, meta)
+	}
+	writeJSON(w, r, http.StatusOK, wire.WriteResult{Index: idx})
+	return nil
+}
+
+// GET /v1/health
+func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, r, http.StatusOK, wire.Health{Status: "ok", Node: s.b.Self().ID})
+	return nil
+}
+
+// GET /v1/ready
+func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
+	st := nodeStatusOf(s.b.Status())
+	code := http.StatusOK
+	if !st.Ready || (s.opts.Ready != nil && !s.opts.Ready()) {
+		code = http.StatusServiceUnavailable
+		st.Ready = false
+	}
+	writeJSON(w, r, code, st)
+	return nil
+}
+
+// Profiling handlers of net/http/pprof.
+func pprofIndex(_ *Server, w http.ResponseWriter, r *http.Request) error {
+	pprof.Index(w, r)
+	return nil
+}
+
+func pprofCmdline(_ *Server, w http.ResponseWriter, r *http.Request) error {
+	pprof.Cmdline(w, r)
+	return nil
+}
+
+func pprofProfile(_ *Server, w http.ResponseWriter, r *http.Request) error {
+	pprof.Profile(w, r)
+	return nil
+}
+
+func pprofSymbol(_ *Server, w http.ResponseWriter, r *http.Request) error {
+	pprof.Symbol(w, r)
+	return nil
+}
+
+func pprofTrace(_ *Server, w http.ResponseWriter, r *http.Request) error {
+	pprof.Trace(w, r)
+	return nil
+}

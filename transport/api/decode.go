@@ -1,0 +1,162 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/google/uuid"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+// decodeJSON reads one JSON value into v: unknown fields and trailing data
+// are refused. An empty body leaves v as it is when emptyOK, and is a 400
+// otherwise. A body over the route's cap gives the *http.MaxBytesError.
+func decodeJSON(r io.Reader, v any, emptyOK bool) error {
+	if r == nil {
+		r = bytes.NewReader(nil)
+	}
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return err
+		case errors.Is(err, io.EOF):
+			if emptyOK {
+				return nil
+			}
+			return badRequest("request body is empty; a JSON object is expected")
+		}
+		return badRequest("invalid JSON body: %v", err)
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return badRequest("invalid JSON body: more than one value")
+	}
+	return nil
+}
+
+// decodeAllocate reads the body of POST /v1/allocations.
+func decodeAllocate(r io.Reader) (*fsm.Allocate, wire.AllocateRequest, error) {
+	var body wire.AllocateRequest
+	if err := decodeJSON(r, &body, false); err != nil {
+		return nil, body, err
+	}
+	return &fsm.Allocate{Meta: fsm.Meta{RequestID: body.RequestID}, Request: body.Request.FSM()}, body, nil
+}
+
+// decodeRenew reads the optional body of POST /v1/allocations/{id}/renew.
+func decodeRenew(r io.Reader, id string) (*fsm.Renew, error) {
+	var body wire.RenewRequest
+	if err := decodeJSON(r, &body, true); err != nil {
+		return nil, err
+	}
+	return &fsm.Renew{Meta: fsm.Meta{RequestID: body.RequestID}, AllocationID: id, TTL: body.TTL.Std()}, nil
+}
+
+// decodeWrite reads the optional body of a write without arguments.
+func decodeWrite(r io.Reader) (wire.WriteRequest, error) {
+	var body wire.WriteRequest
+	err := decodeJSON(r, &body, true)
+	return body, err
+}
+
+// decodeDeviceStatus reads the body of POST /v1/devices/{id}/status.
+func decodeDeviceStatus(r io.Reader, id string) (*fsm.SetDeviceStatus, error) {
+	var body wire.DeviceStatusRequest
+	if err := decodeJSON(r, &body, false); err != nil {
+		return nil, err
+	}
+	return &fsm.SetDeviceStatus{Meta: fsm.Meta{RequestID: body.RequestID}, DeviceID: id, Status: body.Status}, nil
+}
+
+// decodeRegisterHost reads the body of PUT /v1/hosts/{id}.
+func decodeRegisterHost(r io.Reader, id string) (*fsm.RegisterHost, error) {
+	var body wire.RegisterHostRequest
+	if err := decodeJSON(r, &body, false); err != nil {
+		return nil, err
+	}
+	return &fsm.RegisterHost{
+		Meta:    fsm.Meta{RequestID: body.RequestID},
+		Host:    fsm.HostSpec{ID: id, Address: body.Address, Labels: body.Labels},
+		Devices: body.Devices,
+	}, nil
+}
+
+// decodePolicy reads the body of PUT /v1/policies/{type} (pool == "") or
+// PUT /v1/pools/{pool}/policy.
+func decodePolicy(r io.Reader, typ fsm.DeviceType, pool string) (*fsm.SetPolicy, error) {
+	var body wire.PolicyRequest
+	if err := decodeJSON(r, &body, false); err != nil {
+		return nil, err
+	}
+	return &fsm.SetPolicy{
+		Meta:       fsm.Meta{RequestID: body.RequestID},
+		DeviceType: typ, Pool: pool,
+		Config: fsm.PolicyConfig{Policy: body.Policy, PreemptionGap: body.PreemptionGap},
+	}, nil
+}
+
+// decodeRetention reads the body of PUT /v1/retention.
+func decodeRetention(r io.Reader) (*fsm.SetRetention, error) {
+	var body wire.RetentionRequest
+	if err := decodeJSON(r, &body, false); err != nil {
+		return nil, err
+	}
+	return &fsm.SetRetention{
+		Meta:      fsm.Meta{RequestID: body.RequestID},
+		Retention: fsm.Retention{MaxCount: body.MaxCount, MaxAge: body.MaxAge.Std()},
+	}, nil
+}
+
+// maxRequestIDLen bounds a request ID.
+const maxRequestIDLen = 128
+
+// requestID settles a write's request ID: the body's, else the
+// X-Request-Id header's (they must agree when both are given), else a new
+// UUID. It is echoed in the X-Request-Id response header.
+func requestID(w http.ResponseWriter, r *http.Request, fromBody string) (string, error) {
+	header := r.Header.Get(wire.HeaderRequestID)
+	id := fromBody
+	switch {
+	case fromBody != "" && header != "" && fromBody != header:
+		return "", badRequest("request_id %q and the %s header %q differ", fromBody, wire.HeaderRequestID, header)
+	case id == "":
+		id = header
+	}
+	if id == "" {
+		id = uuid.NewString()
+	}
+	if err := validRequestID(id); err != nil {
+		return "", err
+	}
+	w.Header().Set(wire.HeaderRequestID, id)
+	return id, nil
+}
+
+func validRequestID(id string) error {
+	if len(id) > maxRequestIDLen {
+		return badRequest("request ID longer than %d bytes", maxRequestIDLen)
+	}
+	for _, c := range []byte(id) {
+		if c <= ' ' || c > '~' {
+			return badRequest("request ID %q has a character other than printable ASCII", id)
+		}
+	}
+	return nil
+}
+
+// badParam is a bad request about a named query parameter.
+func badParam(name, value, want string) *apiError {
+	return badRequest("query parameter %s=%q: %s", name, value, want)
+}

@@ -1,0 +1,177 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+// deviceStatuses are the statuses a device may read as.
+var deviceStatuses = []fsm.DeviceStatus{fsm.Available, fsm.Draining, fsm.Unhealthy, fsm.Offline}
+
+// GET /v1/devices
+func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	typ, err := typeParam(q)
+	if err != nil {
+		return err
+	}
+	status := fsm.DeviceStatus(q.Get("status"))
+	if status != "" && !slices.Contains(deviceStatuses, status) {
+		return badParam("status", string(status), "want available, draining, unhealthy or offline")
+	}
+	pool, host := q.Get("pool"), q.Get("host")
+	var out []fsm.Device
+	err = s.read(w, r, func(st *fsm.State) {
+		out = out[:0]
+		for _, d := range st.Devices() {
+			if (typ == "" || d.Type == typ) && (pool == "" || d.Pool == pool) &&
+				(host == "" || d.Host == host) && (status == "" || d.Status == status) {
+				out = append(out, d)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		out = []fsm.Device{}
+	}
+	writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// GET /v1/devices/{id}
+func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	var (
+		d  fsm.Device
+		ok bool
+	)
+	if err := s.read(w, r, func(st *fsm.State) { d, ok = st.Device(id) }); err != nil {
+		return err
+	}
+	if !ok {
+		return notFound("device", id)
+	}
+	writeJSON(w, r, http.StatusOK, d)
+	return nil
+}
+
+// setStatus applies a device status and answers the device.
+func (s *Server) setStatus(w http.ResponseWriter, r *http.Request, cmd *fsm.SetDeviceStatus) error {
+	res, err := s.write(w, r, cmd, cmd.RequestID)
+	if err != nil {
+		return err
+	}
+	var (
+		d  fsm.Device
+		ok bool
+	)
+	if err := s.readAfter(w, r, res.Index, func(st *fsm.State) { d, ok = st.Device(cmd.DeviceID) }); err != nil {
+		return err
+	}
+	if !ok {
+		return notFound("device", cmd.DeviceID)
+	}
+	writeJSON(w, r, http.StatusOK, d)
+	return nil
+}
+
+// POST /v1/devices/{id}/status
+func (s *Server) setDeviceStatus(w http.ResponseWriter, r *http.Request) error {
+	cmd, err := decodeDeviceStatus(r.Body, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return s.setStatus(w, r, cmd)
+}
+
+// POST /v1/devices/{id}/drain
+func (s *Server) drainDevice(w http.ResponseWriter, r *http.Request) error {
+	body, err := decodeWrite(r.Body)
+	if err != nil {
+		return err
+	}
+	return s.setStatus(w, r, &fsm.SetDeviceStatus{Meta: fsm.Meta{RequestID: body.RequestID}, DeviceID: r.PathValue("id"), Status: fsm.Draining})
+}
+
+// POST /v1/devices/{id}/undrain
+func (s *Server) undrainDevice(w http.ResponseWriter, r *http.Request) error {
+	body, err := decodeWrite(r.Body)
+	if err != nil {
+		return err
+	}
+	return s.setStatus(w, r, &fsm.SetDeviceStatus{Meta: fsm.Meta{RequestID: body.RequestID}, DeviceID: r.PathValue("id"), Status: fsm.Available})
+}
+
+// GET /v1/hosts
+func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) error {
+	var hosts []fsm.Host
+	if err := s.read(w, r, func(st *fsm.State) { hosts = st.Hosts() }); err != nil {
+		return err
+	}
+	out := make([]wire.Host, len(hosts))
+	for i, h := range hosts {
+		out[i] = wire.HostOf(h)
+	}
+	writeJSON(w, r, http.StatusOK, out)
+	return nil
+}
+
+// GET /v1/hosts/{id}
+func (s *Server) getHost(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	var (
+		h  fsm.Host
+		ok bool
+	)
+	if err := s.read(w, r, func(st *fsm.State) { h, ok = st.Host(id) }); err != nil {
+		return err
+	}
+	if !ok {
+		return notFound("host", id)
+	}
+	writeJSON(w, r, http.StatusOK, wire.HostOf(h))
+	return nil
+}
+
+// PUT /v1/hosts/{id}
+func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) error {
+	cmd, err := decodeRegisterHost(r.Body, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	res, err := s.write(w, r, cmd, cmd.RequestID)
+	if err != nil {
+		return err
+	}
+	var (
+		h  fsm.Host
+		ok bool
+	)
+	if err := s.readAfter(w, r, res.Index, func(st *fsm.State) { h, ok = st.Host(cmd.Host.ID) }); err != nil {
+		return err
+	}
+	if !ok {
+		return notFound("host", cmd.Host.ID)
+	}
+	writeJSON(w, r, http.StatusOK, wire.HostOf(h))
+	return nil
+}
+
+// DELETE /v1/hosts/{id}
+func (s *Server) removeHost(w http.ResponseWriter, r *http.Request) error {
+	body, err := decodeWrite(r.Body)
+	if err != nil {
+		return err
+	}
+	res, err := s.write(w, r, &fsm.RemoveHost{HostID: r.PathValue("id")}, body.RequestID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, wire.WriteResult{Index: res.Index, RequestID: w.Header().Get(wire.HeaderRequestID)})
+	return nil
+}

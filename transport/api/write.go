@@ -1,0 +1,83 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+// readAfterWait bounds how long an answer to a write waits for the local
+// replica to apply the write before it reads the result.
+const readAfterWait = 5 * time.Second
+
+// write settles the request ID, applies cmd through the node and returns
+// the state machine's answer. A refusal comes back as an error (a
+// *refusal); the result is returned with it.
+func (s *Server) write(w http.ResponseWriter, r *http.Request, cmd fsm.Command, bodyID string) (fsm.Result, error) {
+	id, err := requestID(w, r, bodyID)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	fsm.SetRequestID(cmd, id)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := s.b.Apply(ctx, cmd)
+	s.metrics.observeApply(cmd, err, time.Since(start))
+	if err != nil {
+		return res, err
+	}
+	if res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) {
+		w.Header().Set(wire.HeaderIndex, strconv.FormatUint(res.Index, 10))
+	}
+	if res.Err != nil {
+		ref := &refusal{err: res.Err, requestID: id}
+		if res.Allocation != nil {
+			ref.allocationID = res.Allocation.ID
+		}
+		return res, ref
+	}
+	return res, nil
+}
+
+// read runs fn on the state with the consistency and blocking parameters
+// of the request, and sets the freshness headers.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, fn func(*fsm.State)) error {
+	opts, err := readOptions(r)
+	if err != nil {
+		return err
+	}
+	meta, err := s.b.Read(r.Context(), opts, fn)
+	if err != nil {
+		return err
+	}
+	setReadMeta(w, meta)
+	return nil
+}
+
+// readAfter reads once the local replica has applied the write at index
+// idx (bounded by readAfterWait), so that a write answers with what it
+// made.
+func (s *Server) readAfter(w http.ResponseWriter, r *http.Request, idx uint64, fn func(*fsm.State)) error {
+	opts := cluster.ReadOptions{}
+	if idx > 0 {
+		opts.MinIndex, opts.Wait = idx-1, readAfterWait
+	}
+	meta, err := s.b.Read(r.Context(), opts, fn)
+	if err != nil {
+		return err
+	}
+	setReadMeta(w, meta)
+	return nil
+}
+
+// notFound is a 404 for a named thing.
+func notFound(kind, id string) error {
+	return &fsm.Error{Code: fsm.ErrNotFound.Code, Message: kind + " " + strconv.Quote(id) + " not found"}
+}
