@@ -406,7 +406,7 @@ func (s *State) recommendScope(sc *recScope) []Recommendation {
 	}
 	if placed >= RecommendMinSamples && sum.duration.P95 >= RecommendLongP95.Seconds() {
 		share := float64(noLease) / float64(placed)
-		if share >= 0 {
+		if share >= RecommendNoLeaseShare {
 			rec(KindLongRunning, PriorityLow, placed, fmt.Sprintf(
 				"%s allocations run long (p95 %s) and %.0f%% hold no lease; set lease TTLs so abandoned allocations expire",
 				name, fmtSeconds(sum.duration.P95), 100*share),
