@@ -69,7 +69,7 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 			return fsm.Result{}, ErrShutdown
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 100*time.Millisecond)
+		backoff = min(2*backoff, 50*time.Millisecond)
 	}
 }
 
@@ -78,7 +78,7 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 // for a cluster reason worth retrying; maybe says it might have been
 // applied all the same.
 func (n *Node) applyOnce(ctx context.Context, cmd fsm.Command) (res fsm.Result, err error, retry, maybe bool) {
-	var target string
+	var target, leaderID string
 	switch {
 	case n.raft != nil && n.raft.State() == raft.Leader:
 		res, err = n.applyLeader(ctx, cmd)
@@ -88,7 +88,7 @@ func (n *Node) applyOnce(ctx context.Context, cmd fsm.Command) (res fsm.Result, 
 		if !ok || l.ID == n.cfg.NodeID || l.RPCAddr == "" {
 			return res, clusterErr(ErrNoLeader, "no leader known"), true, false
 		}
-		target = l.RPCAddr
+		target, leaderID = l.RPCAddr, l.ID
 	default:
 		servers := n.aliveServers()
 		if len(servers) == 0 {
@@ -100,7 +100,9 @@ func (n *Node) applyOnce(ctx context.Context, cmd fsm.Command) (res fsm.Result, 
 	if err != nil {
 		return res, err, false, false
 	}
-	resp, err := n.rpc.Apply(ctx, target, transport.ApplyRequest{Command: data, LeaderOnly: n.raft != nil})
+	fctx, cancel := n.forwardCtx(ctx, leaderID)
+	defer cancel()
+	resp, err := n.rpc.Apply(fctx, target, transport.ApplyRequest{Command: data, LeaderOnly: n.raft != nil})
 	if err != nil {
 		if errors.Is(err, transport.ErrUnreachable) {
 			if ctx.Err() != nil {
@@ -115,6 +117,32 @@ func (n *Node) applyOnce(ctx context.Context, cmd fsm.Command) (res fsm.Result, 
 		return classify(res, err)
 	}
 	return resp.Result(), nil, false, false
+}
+
+// forwardCtx bounds one call to another node by RPCTimeout and, when the
+// call goes to the leader, ends it as soon as this node sees another leader
+// (or none): a frozen or cut-off leader does not hold the call.
+func (n *Node) forwardCtx(ctx context.Context, leaderID string) (context.Context, context.CancelFunc) {
+	fctx, cancel := context.WithTimeout(ctx, n.cfg.RPCTimeout)
+	if n.raft == nil || leaderID == "" {
+		return fctx, cancel
+	}
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-fctx.Done():
+				return
+			case <-t.C:
+				if _, id := n.raft.LeaderWithID(); string(id) != leaderID {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return fctx, cancel
 }
 
 // classify sorts an attempt's error into retryable or final.

@@ -63,6 +63,11 @@ type Config struct {
 	// until one answers.
 	Join              []string
 	RetryJoinInterval time.Duration
+	// ReconnectInterval is how often the node tries to rejoin members that
+	// gossip declared failed (and the Join addresses when it sees no other
+	// live member, or a host sees no server), so that the pool heals after
+	// a partition or a restart of every server.
+	ReconnectInterval time.Duration
 
 	// Raft timing. Defaults suit a LAN: a lost leader is replaced in about
 	// one second.
@@ -97,6 +102,10 @@ type Config struct {
 	// NoLeaderHold bounds how long a write or consistent read waits for a
 	// leader before it fails with the retryable ErrNoLeader.
 	NoLeaderHold time.Duration
+	// RPCTimeout bounds one call to another node (a forwarded write, a read
+	// index); a forwarded call also ends early when the leader changes. A
+	// write that timed out is retried with its request ID.
+	RPCTimeout time.Duration
 
 	// GossipProbeInterval and GossipSuspicionMult tune failure detection
 	// (memberlist LAN defaults when zero: 1s and 4).
@@ -138,6 +147,7 @@ func (c *Config) fillDefaults() {
 		}
 	}
 	def(&c.RetryJoinInterval, 2*time.Second)
+	def(&c.ReconnectInterval, 10*time.Second)
 	def(&c.HeartbeatTimeout, 500*time.Millisecond)
 	def(&c.ElectionTimeout, 500*time.Millisecond)
 	def(&c.LeaderLeaseTimeout, 250*time.Millisecond)
@@ -148,6 +158,7 @@ func (c *Config) fillDefaults() {
 	def(&c.DeadServerGrace, 10*time.Minute)
 	def(&c.HostDownGrace, 30*time.Second)
 	def(&c.NoLeaderHold, 5*time.Second)
+	def(&c.RPCTimeout, 5*time.Second)
 	def(&c.InventoryInterval, 30*time.Second)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
@@ -192,8 +203,8 @@ func (c *Config) validate() error {
 			return fmt.Errorf("%w: port %d out of range", ErrConfig, p)
 		}
 	}
-	if c.ElectionTimeout < c.HeartbeatTimeout/2 || c.LeaderLeaseTimeout > c.HeartbeatTimeout {
-		return fmt.Errorf("%w: leader lease must not exceed the heartbeat timeout", ErrConfig)
+	if c.ElectionTimeout < c.HeartbeatTimeout || c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return fmt.Errorf("%w: need leader lease <= heartbeat timeout <= election timeout", ErrConfig)
 	}
 	if net.ParseIP(c.BindAddr) == nil {
 		return fmt.Errorf("%w: bind address %q is not an IP", ErrConfig, c.BindAddr)

@@ -77,6 +77,7 @@ func (tc *testCluster) fastConfig(id string, server bool) Config {
 		BindAddr:            "127.0.0.1",
 		Server:              server,
 		RetryJoinInterval:   100 * time.Millisecond,
+		ReconnectInterval:   200 * time.Millisecond,
 		TickInterval:        500 * time.Millisecond,
 		ReconcileInterval:   100 * time.Millisecond,
 		HostDownGrace:       time.Second,
@@ -178,10 +179,10 @@ func (tc *testCluster) restart(id string) *Node {
 	tc.t.Helper()
 	tc.mu.Lock()
 	cfg := tc.cfgs[id]
-	// As a real command line would, join every other node known.
+	// As a real command line would, join the other servers.
 	cfg.Join = nil
 	for other, c := range tc.cfgs {
-		if other != id {
+		if other != id && c.Server {
 			cfg.Join = append(cfg.Join, net.JoinHostPort(c.BindAddr, strconv.Itoa(c.GossipPort)))
 		}
 	}

@@ -150,3 +150,56 @@ func TestStaticHostIsNotMarkedDown(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func TestWholeClusterRestartKeepsAllocationsAndHosts(t *testing.T) {
+	tc := newTestCluster(t, func(c *Config) {
+		c.HostDownGrace = 10 * time.Second
+		// Gossip stops talking to dead members after 30 probe intervals:
+		// 3 s here. The servers stay down longer, so only reconnecting
+		// brings the host back.
+		c.GossipProbeInterval = 100 * time.Millisecond
+	})
+	servers := tc.servers(3)
+	leader := tc.waitLeader(servers...)
+	inv := &inventory{devices: []fsm.DeviceSpec{gpu("gpu-1", 40)}}
+	hc := tc.fastConfig("host-a", false)
+	hc.HostDownGrace = 10 * time.Second
+	hc.Join = []string{servers[0].Self().GossipAddr, servers[1].Self().GossipAddr}
+	hc.Inventory = inv.get
+	tc.start(hc)
+	waitHost(t, leader, "host-a", true, 1, fsm.Available)
+	onHost := mustApply(t, leader, gpuRequest(10))
+	mustApply(t, leader, staticHost("static", gpu("s1", 40)))
+	onStatic := mustApply(t, servers[2], gpuRequest(10))
+
+	for _, s := range servers {
+		tc.crash(s.cfg.NodeID)
+	}
+	time.Sleep(4 * time.Second)
+	var back []*Node
+	for _, s := range servers {
+		back = append(back, tc.restart(s.cfg.NodeID))
+	}
+	leader = tc.waitLeader(back...)
+	// The host finds the servers again before its grace runs out.
+	poll(t, 10*time.Second, "host seen alive by the leader", func() error {
+		for _, m := range leader.Members() {
+			if m.ID == "host-a" && m.Status == MemberAlive {
+				return nil
+			}
+		}
+		return fmt.Errorf("members %+v", leader.Members())
+	})
+	for _, id := range []string{onHost.Allocation.ID, onStatic.Allocation.ID} {
+		var a *fsm.Allocation
+		if _, err := leader.Read(ctxT(t, 5*time.Second), ReadOptions{Consistent: true}, func(s *fsm.State) { a, _ = s.Allocation(id) }); err != nil {
+			t.Fatal(err)
+		}
+		if a == nil || a.Status != fsm.Active {
+			t.Fatalf("allocation %s after the restart: %+v", id, a)
+		}
+	}
+	if h, _, _ := hostView(t, leader, "host-a"); !h.Up {
+		t.Fatal("host down after the restart")
+	}
+}

@@ -137,6 +137,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return err
 	}
 	n.goLoop(n.joinLoop)
+	n.goLoop(n.reconnectLoop)
 	if n.cfg.Server {
 		n.goLoop(n.monitorLeadership)
 		n.goLoop(n.bootstrapLoop)
@@ -233,6 +234,8 @@ func (n *Node) startGossip() error {
 			c.ProbeTimeout = c.ProbeInterval / 2
 		}
 		c.GossipInterval = min(c.GossipInterval, c.ProbeInterval/2)
+		// Keep the LAN profile's ratio (30 s at a 1 s probe interval).
+		c.GossipToTheDeadTime = 30 * c.ProbeInterval
 	}
 	if n.cfg.GossipSuspicionMult > 0 {
 		c.SuspicionMult = n.cfg.GossipSuspicionMult
@@ -266,6 +269,40 @@ func (n *Node) joinLoop() {
 		n.log.Warn("join failed; retrying", "addresses", n.cfg.Join, "error", err, "in", n.cfg.RetryJoinInterval)
 		if !n.sleep(n.cfg.RetryJoinInterval) {
 			return
+		}
+	}
+}
+
+// reconnectMax bounds the addresses one reconnect round tries (a joining
+// attempt to an unreachable address can take memberlist's TCP timeout).
+const reconnectMax = 3
+
+// reconnectLoop tries to rejoin failed members, and the configured Join
+// addresses when this node is alone or (a host) sees no server. Memberlist
+// alone never contacts a member again once it is declared dead.
+func (n *Node) reconnectLoop() {
+	for round := 0; n.sleep(n.cfg.ReconnectInterval); round++ {
+		var failed []string
+		for _, m := range n.members.list() {
+			if m.id != n.cfg.NodeID && m.status == MemberFailed {
+				failed = append(failed, m.addr)
+			}
+		}
+		var addrs []string
+		for i := 0; i < len(failed) && len(addrs) < reconnectMax; i++ {
+			addrs = append(addrs, failed[(round*reconnectMax+i)%len(failed)])
+		}
+		lonely := n.ml.NumMembers() <= 1 || (n.raft == nil && len(n.aliveServers()) == 0)
+		if lonely {
+			addrs = append(addrs, n.cfg.Join...)
+		}
+		if len(addrs) == 0 {
+			continue
+		}
+		if k, err := n.ml.Join(addrs); k > 0 {
+			n.log.Debug("reconnected", "contacted", k)
+		} else {
+			n.log.Debug("reconnect failed", "addresses", addrs, "error", err)
 		}
 	}
 }
@@ -462,7 +499,7 @@ func (n *Node) Leave(ctx context.Context) error {
 	}
 	if n.raft != nil {
 		n.transferLeadership(ctx)
-		if err := n.RemovePeer(ctx, n.cfg.NodeID); err != nil {
+		if err := n.RemovePeer(ctx, n.cfg.NodeID); err != nil && !errors.Is(err, fsm.ErrNotFound) {
 			n.log.Warn("could not leave the raft configuration; the leader will remove this server", "error", err)
 		}
 	}

@@ -108,7 +108,9 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 	if !ok || l.RPCAddr == "" || l.ID == n.cfg.NodeID {
 		return 0, clusterErr(ErrNoLeader, "no leader known")
 	}
-	idx, err := n.rpc.ReadIndex(ctx, l.RPCAddr)
+	fctx, cancel := n.forwardCtx(ctx, l.ID)
+	defer cancel()
+	idx, err := n.rpc.ReadIndex(fctx, l.RPCAddr)
 	if errors.Is(err, transport.ErrUnreachable) {
 		return 0, clusterErr(ErrNoLeader, err.Error())
 	}

@@ -250,7 +250,8 @@ func (s *State) cancel(c *Cancel) Result {
 }
 
 // kickQueue re-examines pending requests, highest priority first and FIFO
-// within a priority, and places every one that fits now.
+// within a priority, and places every one that fits now and whose deadline
+// has not passed.
 func (s *State) kickQueue() {
 	if s.queue.Len() == 0 {
 		return
@@ -262,6 +263,11 @@ func (s *State) kickQueue() {
 	})
 	for _, k := range keys {
 		a := s.allocs[k.id]
+		if a.Deadline <= s.now {
+			// Past its deadline: the client has given up; the next tick
+			// times it out. Placing it now would leak the devices.
+			continue
+		}
 		if p := s.place(&a.Request, s.requestPolicy(&a.Request), nil); p != nil {
 			s.activate(a, p)
 		}

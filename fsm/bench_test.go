@@ -193,10 +193,10 @@ func BenchmarkMultiDevice(b *testing.B) {
 			return Request{Claims: []Claim{gpuClaim(t, 2), gpuClaim(t/2, 2)}}
 		}},
 	}
-	for _, sh := range shapes {
-		for _, pol := range benchPolicies {
-			for _, n := range benchSizes {
-				b.Run(fmt.Sprintf("shape=%s/policy=%s/devices=%d", sh.name, pol, n), func(b *testing.B) {
+	for _, pol := range benchPolicies {
+		for _, n := range benchSizes {
+			for _, sh := range shapes {
+				b.Run(fmt.Sprintf("policy=%s/devices=%d/shape=%s", pol, n, sh.name), func(b *testing.B) {
 					runPairs(b, benchClusterFor(b, n, pol), sh.req)
 				})
 			}

@@ -127,9 +127,9 @@ func TestFragmentationAwarePlacement(t *testing.T) {
 			typical: []fragTyped{
 				{share(500), 30},
 			},
-			setup:   []fragSetup{{share(200), "h1-g1"}, {share(400), "h2-g1"}},
-			req:     share(300),
-			want:    map[Policy]string{FragmentationAware: "h1: h1-g1", BestFit: "h2: h2-g1"},
+			setup: []fragSetup{{share(200), "h1-g1"}, {share(400), "h2-g1"}},
+			req:   share(300),
+			want:  map[Policy]string{FragmentationAware: "h1: h1-g1", BestFit: "h2: h2-g1"},
 		},
 		{
 			// A CPU-only task on the host with little CPU would strand its

@@ -65,6 +65,12 @@ func (h *history) trim(now int64, r Retention) {
 	}
 }
 
+// EachHistory calls f for every ended allocation, oldest first, until f
+// returns false. f sees the state's own value: it must not keep or change
+// it (Allocation.Clone gives a copy to keep). It copies nothing, so a
+// reader can filter a large history cheaply under the read lock.
+func (s *State) EachHistory(f func(*Allocation) bool) { s.history.each(f) }
+
 // History returns ended allocations, oldest first.
 func (s *State) History() []*Allocation {
 	out := make([]*Allocation, 0, s.history.len())

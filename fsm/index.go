@@ -93,6 +93,14 @@ type hostLoad struct {
 	used   float64
 	inTree bool
 	key    loadKey
+	// dirty is set while the host waits in index.loadDirty.
+	dirty bool
+}
+
+// dirtyLoad is a host whose place in the load order of a type is stale.
+type dirtyLoad struct {
+	h *Host
+	t DeviceType
 }
 
 type loadKey struct {
@@ -111,8 +119,10 @@ func loadKeyLess(a, b loadKey) bool {
 type index struct {
 	classes map[string]*class
 	byType  map[DeviceType][]*class
-	// load orders up hosts by utilisation, per type.
-	load map[DeviceType]*btree.BTreeG[loadKey]
+	// load orders up hosts by utilisation, per type; read it through
+	// loadTree, which first applies loadDirty.
+	load      map[DeviceType]*btree.BTreeG[loadKey]
+	loadDirty []dirtyLoad
 	// norm is the largest device capacity per type and dimension.
 	norm      map[DeviceType]vec
 	normDirty bool
@@ -248,7 +258,7 @@ func (s *State) unindex(d *Device) {
 		d.indexed = false
 	}
 	if h := s.hosts[d.Host]; h != nil {
-		s.unloadHost(h, d.Type, s.hostLoadOf(h, d.Type))
+		s.markLoadDirty(h, d.Type)
 	}
 }
 
@@ -290,10 +300,9 @@ func (s *State) hostLoadOf(h *Host, t DeviceType) *hostLoad {
 
 // refreshLoad recomputes a host's load for a type from its devices (sums
 // are never carried along, so a restored state ranks hosts identically)
-// and puts the host back in the load order.
+// and marks its place in the load order stale.
 func (s *State) refreshLoad(h *Host, t DeviceType) {
 	l := s.hostLoadOf(h, t)
-	s.unloadHost(h, t, l)
 	l.n, l.used = 0, 0
 	for _, id := range h.Devices {
 		if d := s.devices[id]; d.Type == t {
@@ -301,7 +310,48 @@ func (s *State) refreshLoad(h *Host, t DeviceType) {
 			l.used += deviceUtil(d)
 		}
 	}
-	s.loadHost(h, t, l)
+	s.markLoadDirty(h, t)
+}
+
+// markLoadDirty notes that a host's place in the load order of a type may
+// be stale. The order is brought up to date when it is read (loadTree),
+// so the allocations and releases in between cost no tree updates.
+func (s *State) markLoadDirty(h *Host, t DeviceType) {
+	l := s.hostLoadOf(h, t)
+	if l.dirty {
+		return
+	}
+	l.dirty = true
+	s.idx.loadDirty = append(s.idx.loadDirty, dirtyLoad{h, t})
+	if len(s.idx.loadDirty) > 4*len(s.hosts)+1024 {
+		// Removed hosts wait here too: keep the list bounded.
+		s.flushLoad()
+	}
+}
+
+// flushLoad puts every host marked dirty back in the load order with its
+// current load, or leaves it out if it was removed or is down.
+func (s *State) flushLoad() {
+	for _, x := range s.idx.loadDirty {
+		l := x.h.load[x.t]
+		l.dirty = false
+		s.unloadHost(x.h, x.t, l)
+		if s.hosts[x.h.ID] == x.h {
+			s.loadHost(x.h, x.t, l)
+		}
+	}
+	clear(s.idx.loadDirty)
+	s.idx.loadDirty = s.idx.loadDirty[:0]
+}
+
+// loadTree is the order of up hosts with devices of type t by
+// utilisation, least first; nil if there are none yet. Read it only
+// through here.
+func (s *State) loadTree(t DeviceType) *btree.BTreeG[loadKey] {
+	if len(s.idx.loadDirty) > 0 {
+		s.flushLoad()
+	}
+	return s.idx.load[t]
 }
 
 func (s *State) unloadHost(h *Host, t DeviceType, l *hostLoad) {

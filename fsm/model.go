@@ -268,6 +268,9 @@ type Allocation struct {
 	WhyNot *WhyNot `json:"why_not,omitempty"`
 }
 
+// Clone returns a copy that shares nothing the state changes.
+func (a *Allocation) Clone() *Allocation { return a.clone() }
+
 // clone returns a deep enough copy for callers outside the state.
 func (a *Allocation) clone() *Allocation {
 	c := *a

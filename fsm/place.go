@@ -520,7 +520,7 @@ func (s *State) mostFree(c *class, cl *Claim) *Device {
 // host counts when one of its devices of the classes is free in the index).
 func (s *State) placeLeastLoaded(r *Request, classes []*class) *placement {
 	cl := &r.Claims[0]
-	tree := s.idx.load[cl.Type]
+	tree := s.loadTree(cl.Type)
 	if tree == nil {
 		return nil
 	}
@@ -651,11 +651,15 @@ func hostUtil(h *Host, t DeviceType) float64 {
 // policy. It returns nil if the host cannot take the request, and the
 // overlay that includes what it took.
 func (s *State) evalHost(h *Host, r *Request, pol Policy, fits [][]*class, ov *overlay) ([]Assignment, *overlay) {
-	local := ov.clone()
+	// local is ov plus what this host took so far. It is copied from ov
+	// when the host first takes something: a host that fails its first
+	// claim costs no copy.
+	local, copied := ov, false
 	var assign []Assignment
+	var cands []*Device
 	for i := range r.Claims {
 		cl := &r.Claims[i]
-		var cands []*Device
+		cands = cands[:0]
 		for _, id := range h.Devices {
 			d := s.devices[id]
 			if d.Type != cl.Type || !containsClass(fits[i], d.cls) {
@@ -670,6 +674,9 @@ func (s *State) evalHost(h *Host, r *Request, pol Policy, fits [][]*class, ov *o
 			return nil, nil
 		}
 		s.rankDevices(cands, cl, pol, local)
+		if !copied {
+			local, copied = ov.clone(), true
+		}
 		for _, d := range cands[:cl.Count] {
 			amt, _ := take(d.cls, cl)
 			local.add(d.ID, amt, 1)
@@ -690,25 +697,34 @@ func containsClass(list []*class, c *class) bool {
 
 // rankDevices orders a host's fitting devices for a claim by policy.
 func (s *State) rankDevices(ds []*Device, cl *Claim, pol Policy, ov *overlay) {
-	key := make(map[*Device]float64, len(ds))
-	for _, d := range ds {
+	type ranked struct {
+		d   *Device
+		key float64
+	}
+	rs := make([]ranked, len(ds))
+	for i, d := range ds {
+		rs[i].d = d
 		switch pol {
 		case FirstFit, RoundRobin:
-			key[d] = 0
+			rs[i].key = 0
 		case WorstFit:
-			key[d] = -s.waste(d, cl, ov)
+			rs[i].key = -s.waste(d, cl, ov)
 		case LoadBalanced:
-			key[d] = deviceUtil(d)
+			rs[i].key = deviceUtil(d)
 		default:
-			key[d] = s.waste(d, cl, ov)
+			rs[i].key = s.waste(d, cl, ov)
 		}
 	}
-	sort.SliceStable(ds, func(i, j int) bool {
-		if key[ds[i]] != key[ds[j]] {
-			return key[ds[i]] < key[ds[j]]
+	// Device IDs are unique: the order is total.
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].key != rs[j].key {
+			return rs[i].key < rs[j].key
 		}
-		return ds[i].ID < ds[j].ID
+		return rs[i].d.ID < rs[j].d.ID
 	})
+	for i := range rs {
+		ds[i] = rs[i].d
+	}
 }
 
 // hostLeftover is the free capacity a host would keep, in the types the

@@ -35,6 +35,10 @@ func logSeed(t *testing.T) int64 {
 	return time.Now().UnixNano()
 }
 
+// restorePoints is how many replicas TestRandomLog restores from snapshots
+// of the primary along the log.
+const restorePoints = 3
+
 // randomLogStart is the leader time the random log starts from.
 var randomLogStart = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
@@ -58,8 +62,8 @@ func TestRandomLog(t *testing.T) {
 	// Replicas restored from a snapshot of the primary at these points
 	// apply the rest of the log alongside it.
 	restoreAt := map[int]bool{}
-	for k := 1; k <= 4; k++ {
-		restoreAt[n*k/5-rng.Intn(n/10)] = true
+	for k := 1; k <= restorePoints; k++ {
+		restoreAt[n*k/(restorePoints+1)-rng.Intn(n/10)] = true
 	}
 	type replica struct {
 		s    *fsm.State
@@ -76,7 +80,11 @@ func TestRandomLog(t *testing.T) {
 	for i := 0; i < n; i++ {
 		idx := uint64(i + 1)
 		st := g.next(primary, view)
-		stats[st.kind]++
+		if strings.HasPrefix(st.kind, "retry") {
+			stats["retry"]++
+		} else {
+			stats[strings.TrimPrefix(st.kind, "reused id, ")]++
+		}
 
 		raw, encErr := fsm.Encode(st.cmd)
 		if st.unencodable {
@@ -108,10 +116,10 @@ func TestRandomLog(t *testing.T) {
 
 		hit, expectHit := g.expectHit(&st, primary)
 		// A snapshot costs more than the rest of a step: every repeated
-		// request ID and one bad command in eight are checked for changing
+		// request ID and one bad command in sixteen are checked for changing
 		// nothing (badinput_test.go checks every kind of bad command).
 		var before []byte
-		compareState := expectHit || (st.bad && rng.Intn(8) == 0)
+		compareState := expectHit || (st.bad && rng.Intn(16) == 0)
 		if compareState {
 			before = primary.SnapshotBytes()
 		}
@@ -192,8 +200,8 @@ func TestRandomLog(t *testing.T) {
 			}
 		}
 	}
-	if len(replicas) != 4 {
-		t.Fatalf("seed %d: %d restore points, want 4", seed, len(replicas))
+	if len(replicas) != restorePoints {
+		t.Fatalf("seed %d: %d restore points, want %d", seed, len(replicas), restorePoints)
 	}
 	for _, a := range primary.History() {
 		stats["ended "+string(a.Status)]++
@@ -373,7 +381,7 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 			if err != nil {
 				panic(err)
 			}
-			st = step{cmd: cmd, kind: "retry " + st.kind}
+			st = step{cmd: cmd, kind: fmt.Sprintf("retry of command %d", c.index)}
 			fsm.Stamp(st.cmd, time.Unix(0, at))
 		} else {
 			st.kind = "reused id, " + st.kind

@@ -45,6 +45,10 @@ func (s *State) Snapshot(w io.Writer) error {
 		Retention:    s.retention,
 		Shapes:       s.shapes.list,
 	}
+	if snap.Requests == nil {
+		// An emptied cache and a restored empty one write the same.
+		snap.Requests = []cacheEntry{}
+	}
 	for _, id := range sortedKeys(s.devices) {
 		snap.Devices = append(snap.Devices, s.devices[id])
 	}
@@ -99,8 +103,11 @@ func Restore(r io.Reader) (*State, error) {
 		s.hosts[h.ID] = &h
 	}
 	for _, d := range snap.Devices {
+		if d == nil {
+			return nil, errf(ErrSnapshot, "device empty")
+		}
 		h := s.hosts[d.Host]
-		if d == nil || d.ID == "" || s.devices[d.ID] != nil || h == nil || !d.Type.Valid() {
+		if d.ID == "" || s.devices[d.ID] != nil || h == nil || !d.Type.Valid() {
 			return nil, errf(ErrSnapshot, "device empty, repeated, of unknown type or on an unknown host")
 		}
 		if i := sort.SearchStrings(h.Devices, d.ID); i >= len(h.Devices) || h.Devices[i] != d.ID {
@@ -117,7 +124,8 @@ func Restore(r io.Reader) (*State, error) {
 		}
 	}
 	for _, a := range snap.Live {
-		if a == nil || !a.Status.Live() || s.allocs[a.ID] != nil || len(a.Request.Claims) == 0 {
+		// A live request is placed again: it must be one Allocate accepts.
+		if a == nil || !a.Status.Live() || s.allocs[a.ID] != nil || validateRequest(&a.Request) != nil {
 			return nil, errf(ErrSnapshot, "bad live allocation")
 		}
 		for _, as := range a.Devices {

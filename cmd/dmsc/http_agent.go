@@ -8,6 +8,7 @@ import (
 
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/internal/agentconfig"
+	"github.com/dmsc/dmsc/transport/api"
 )
 
 // apiHandler builds the HTTP API every agent serves on -http-addr. It is
@@ -17,7 +18,23 @@ import (
 // conditions of this agent (the dev agent's sample inventory); it is
 // checked after the node's own readiness.
 var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, ready func() bool, logger hclog.Logger) http.Handler {
-	return healthHandler(node, ready)
+	return api.New(node, api.Options{
+		Version: version,
+		Role:    roleOf(cfg),
+		Config: map[string]any{
+			"dev": cfg.Dev, "config_files": cfg.ConfigFiles, "node_name": cfg.NodeName, "data_dir": cfg.DataDir,
+			"bind_addr": cfg.BindAddr, "advertise_addr": cfg.AdvertiseAddr, "http_addr": cfg.HTTPAddr,
+			"raft_port": cfg.RaftPort, "rpc_port": cfg.RPCPort, "gossip_port": cfg.GossipPort,
+			"server": cfg.Server, "bootstrap_expect": cfg.BootstrapExpect, "join": cfg.Join,
+			"host": cfg.Host, "devices_file": cfg.DevicesFile, "discover": cfg.Discover,
+			"tick_interval": cfg.TickInterval.String(), "host_down_grace": cfg.HostDownGrace.String(),
+			"dead_server_grace": cfg.DeadServerGrace.String(), "no_leader_hold": cfg.NoLeaderHold.String(),
+			"log_level": cfg.LogLevel, "enable_debug": cfg.EnableDebug,
+		},
+		Ready:       ready,
+		EnableDebug: cfg.EnableDebug,
+		Logger:      logger,
+	})
 }
 
 // healthHandler serves the two probes:

@@ -126,28 +126,41 @@ func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var list []*fsm.Allocation
+	var (
+		page []*fsm.Allocation
+		next string
+	)
 	err = s.read(w, r, func(st *fsm.State) {
-		list = list[:0]
+		var list []*fsm.Allocation
 		for _, a := range st.Live() {
 			if f.match(st, a) {
 				list = append(list, a)
 			}
 		}
 		if history {
-			for _, a := range st.History() {
+			st.EachHistory(func(a *fsm.Allocation) bool {
 				if f.match(st, a) {
 					list = append(list, a)
 				}
-			}
+				return true
+			})
 		}
+		page, next = paginate(list, p)
+		clonePage(page)
 	})
 	if err != nil {
 		return err
 	}
-	page, next := paginate(list, p)
 	writeJSON(w, r, http.StatusOK, allocationList(page, next))
 	return nil
+}
+
+// clonePage replaces the state's own values in a page by copies, before
+// the read lock is let go.
+func clonePage(page []*fsm.Allocation) {
+	for i, a := range page {
+		page[i] = a.Clone()
+	}
 }
 
 // GET /v1/history
@@ -161,19 +174,24 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var list []*fsm.Allocation
+	var (
+		page []*fsm.Allocation
+		next string
+	)
 	err = s.read(w, r, func(st *fsm.State) {
-		list = list[:0]
-		for _, a := range st.History() {
+		var list []*fsm.Allocation
+		st.EachHistory(func(a *fsm.Allocation) bool {
 			if f.match(st, a) {
 				list = append(list, a)
 			}
-		}
+			return true
+		})
+		page, next = paginate(list, p)
+		clonePage(page)
 	})
 	if err != nil {
 		return err
 	}
-	page, next := paginate(list, p)
 	writeJSON(w, r, http.StatusOK, allocationList(page, next))
 	return nil
 }

@@ -115,9 +115,14 @@ func TestCreateAllocationBadInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e.t = t
+			applies := e.b.applyCount()
 			e.noSideEffect(func() {
 				e.do("POST", "/v1/allocations"+c.query, c.body, c.headers...).apiErr(c.status, c.code)
 			})
+			// What the API cannot read never reaches the log.
+			if c.code != fsm.ErrInvalid.Code && e.b.applyCount() != applies {
+				t.Fatalf("a %s request was applied", c.code)
+			}
 		})
 	}
 }

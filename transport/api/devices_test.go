@@ -163,6 +163,8 @@ func TestPoolsPoliciesRetention(t *testing.T) {
 		e.do("PUT", "/v1/policies/GPU", `{"policy":"BestFit","gap":1}`).apiErr(400, wire.CodeBadRequest)
 		e.do("PUT", "/v1/policies/GPU", ``).apiErr(400, wire.CodeBadRequest)
 		e.do("PUT", "/v1/pools/big/policy", `{"policy":"Fastest"}`).apiErr(400, fsm.ErrInvalid.Code)
+		e.do("PUT", "/v1/pools/big/policy", `{"policy":"BestFit","type":"GPU"}`).apiErr(400, wire.CodeBadRequest)
+		e.do("DELETE", "/v1/pools/big/policy", `{"x":1}`).apiErr(400, wire.CodeBadRequest)
 		e.do("PUT", "/v1/retention", `{"max_count":0,"max_age":"1h"}`).apiErr(400, fsm.ErrInvalid.Code)
 		e.do("PUT", "/v1/retention", `{"max_count":10,"max_age":"0s"}`).apiErr(400, fsm.ErrInvalid.Code)
 		e.do("PUT", "/v1/retention", `{"max_count":10,"max_age":3600}`).apiErr(400, wire.CodeBadRequest)

@@ -35,9 +35,11 @@ type fakeBackend struct {
 	applyErr error
 	// applyGate, when set, holds every Apply until it is closed.
 	applyGate chan struct{}
-	applies   int
-	leader    bool
-	removed   []string
+	// gated counts the applies that reached the gate.
+	gated   int
+	applies int
+	leader  bool
+	removed []string
 }
 
 func newFake() *fakeBackend {
@@ -51,6 +53,9 @@ func newFake() *fakeBackend {
 func (b *fakeBackend) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	b.mu.Lock()
 	gate, applyErr := b.applyGate, b.applyErr
+	if gate != nil {
+		b.gated++
+	}
 	b.mu.Unlock()
 	if gate != nil {
 		select {
@@ -318,3 +323,7 @@ func (e *testEnv) noSideEffect(f func()) {
 }
 
 var errInjected = errors.New("injected")
+
+func httptestRequest(method, path string) *http.Request {
+	return httptest.NewRequest(method, path, nil)
+}

@@ -146,3 +146,16 @@ func FuzzDecodeRetention(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeWrite(f *testing.F) {
+	for _, seed := range []string{``, `{}`, `{"request_id":"r1"}`, `{"request_id":1}`, `null`, `{"force":true}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		body, err := decodeWrite(bytes.NewReader(data))
+		checkDecodeErr(t, err)
+		if err == nil {
+			applyChecked(t, &fsm.Release{Meta: fsm.Meta{RequestID: body.RequestID}, AllocationID: "a1"})
+		}
+	})
+}

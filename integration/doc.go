@@ -1,0 +1,6 @@
+// Package integration tests the real dmsc binary as a cluster of separate
+// processes on 127.0.0.1: forming through -join, leader kills and failover
+// time, host loss and return, and a restart of the whole cluster. It holds
+// tests only; the harness that builds the binary and runs the processes is
+// in harness_test.go.
+package integration
