@@ -24,11 +24,13 @@ import (
 // Capacity is counted in devices: a device's free share of its capacity.
 //
 // A request goes to the host where its placement raises the fragmentation
-// least; on that host the devices of its first one-device claim of the
-// measured type (a GPU share) are chosen by the same measure, the rest are
-// packed (least left over). Ties go to the placement that leaves the least
-// free capacity of the types the request uses, then to the lower host and
-// device IDs.
+// least; on that host the device of its first one-device claim of the
+// measured type (a GPU share) is chosen by the same measure, the other
+// claims are packed (least left over). Increases closer than fragGrid tie;
+// ties go to the host that keeps the least free capacity of the measured
+// type (so a CPU-only task lands where the GPUs are taken, not where it
+// would eat the CPU that free GPUs need), then to the one that keeps the
+// least of the types the request uses, then to the lower host ID.
 //
 // The typical workload is recomputed at fixed points of the allocation
 // sequence (s.seq): at 1, 2, 4, ... below fragRefresh and at every multiple
@@ -151,12 +153,40 @@ type fragTable struct {
 // fragOutcome is the outcome of a request shape on a host, valid while
 // the host's view and the typical workload are those it was measured on.
 type fragOutcome struct {
-	epoch, ver  uint64
-	delta, left float64
-	fit         bool
-	n           int
-	inline      [fragInline]int16
-	extra       []int16
+	epoch, ver uint64
+	fit        bool
+	fragScore
+	n      int
+	inline [fragInline]int16
+	extra  []int16
+}
+
+// fragScore ranks placements, lowest first: the fragmentation increase on
+// a grid of fragGrid devices, then the free capacity of the measured type
+// the host keeps, then what it keeps of the types the request uses.
+type fragScore struct {
+	delta float64
+	free  float64
+	left  float64
+}
+
+// fragGrid is the resolution at which fragmentation increases are told
+// apart (in devices): closer ones tie, and the tie goes to the placement
+// that packs the measured type. Measured on the openb trace, a grid of
+// 1/16 of a device lets packing decide among near-equal placements
+// without losing FGD's choices.
+const fragGrid = 1.0 / 16
+
+// less reports whether placement a ranks before b.
+func (a *fragScore) less(b *fragScore) bool {
+	da, db := math.Floor(a.delta/fragGrid+1e-6), math.Floor(b.delta/fragGrid+1e-6)
+	if da != db {
+		return da < db
+	}
+	if a.free != b.free {
+		return a.free < b.free
+	}
+	return a.left < b.left
 }
 
 func (o *fragOutcome) setPicks(p []int16) {
@@ -615,7 +645,7 @@ func (c *fragCache) outcome(fh *fragHost, rq *fragRequest) *fragOutcome {
 		return o
 	}
 	o.epoch, o.ver = c.epoch, fh.ver
-	o.fit, o.delta, o.left = c.evaluate(fh, rq)
+	o.fit, o.fragScore = c.evaluate(fh, rq)
 	if o.fit {
 		o.setPicks(c.bestPicks)
 	}
@@ -623,12 +653,13 @@ func (c *fragCache) outcome(fh *fragHost, rq *fragRequest) *fragOutcome {
 }
 
 // evaluate places the request on a host's view: it returns whether it
-// fits, how much it raises the host's fragmentation, what it leaves free
-// of the types it uses, and (in c.bestPicks) the devices it takes, in
-// claim order, as indexes into the view.
-func (c *fragCache) evaluate(fh *fragHost, rq *fragRequest) (bool, float64, float64) {
+// fits, its score there, and (in c.bestPicks) the devices it takes, in
+// claim order, as indexes into the view. Which device of a chosen claim
+// is taken is decided by the exact fragmentation increase, then by what
+// the host keeps of the request's types, then by device order.
+func (c *fragCache) evaluate(fh *fragHost, rq *fragRequest) (bool, fragScore) {
 	if len(fh.devs) == 0 {
-		return false, 0, 0
+		return false, fragScore{}
 	}
 	// Cheap test first: enough candidate devices for each claim.
 	for i := range rq.claims {
@@ -640,7 +671,7 @@ func (c *fragCache) evaluate(fh *fragHost, rq *fragRequest) (bool, float64, floa
 			}
 		}
 		if n < fc.count {
-			return false, 0, 0
+			return false, fragScore{}
 		}
 	}
 	c.work = append(c.work[:0], fh.devs...)
@@ -651,16 +682,16 @@ func (c *fragCache) evaluate(fh *fragHost, rq *fragRequest) (bool, float64, floa
 	}
 	for i := 0; i < last; i++ {
 		if !c.takeBest(c.work, &fh.span, &rq.claims[i]) {
-			return false, 0, 0
+			return false, fragScore{}
 		}
 	}
 	before := c.hostFrag(fh)
 	if rq.choose < 0 {
 		c.bestPicks = append(c.bestPicks[:0], c.picks...)
-		return true, fragRound(c.fragOf(c.work, &fh.span) - before), c.leftover(c.work, rq)
+		return true, c.score(c.work, &fh.span, rq, before)
 	}
 	fit := false
-	var bestDelta, bestLeft float64
+	var best fragScore
 	base := len(c.picks)
 	ch := &rq.claims[rq.choose]
 	for j := fh.span[ch.typ][0]; j < fh.span[ch.typ][1]; j++ {
@@ -677,14 +708,26 @@ func (c *fragCache) evaluate(fh *fragHost, rq *fragRequest) (bool, float64, floa
 		if !ok {
 			continue
 		}
-		delta := fragRound(c.fragOf(c.trial, &fh.span) - before)
-		left := c.leftover(c.trial, rq)
-		if !fit || delta < bestDelta || (delta == bestDelta && left < bestLeft) {
-			fit, bestDelta, bestLeft = true, delta, left
+		sc := c.score(c.trial, &fh.span, rq, before)
+		if !fit || sc.delta < best.delta || (sc.delta == best.delta && sc.left < best.left) {
+			fit, best = true, sc
 			c.bestPicks = append(c.bestPicks[:0], c.picks...)
 		}
 	}
-	return fit, bestDelta, bestLeft
+	return fit, best
+}
+
+// score is the score of a host left as devs, whose fragmentation was
+// before.
+func (c *fragCache) score(devs []fragDev, span *fragSpans, rq *fragRequest, before float64) fragScore {
+	sc := fragScore{delta: fragRound(c.fragOf(devs, span) - before), left: c.leftover(devs, rq)}
+	if c.mtype >= 0 {
+		for i := span[c.mtype][0]; i < span[c.mtype][1]; i++ {
+			sc.free += devs[i].unit
+		}
+		sc.free = fragRound(sc.free)
+	}
+	return sc
 }
 
 // sameAsEarlier reports whether an earlier device that could take the
@@ -761,7 +804,7 @@ func (s *State) placeFrag(r *Request, fits [][]*class) *placement {
 			return
 		}
 		o := c.outcome(fh, rq)
-		if o.fit && (best == nil || o.delta < bo.delta || (o.delta == bo.delta && o.left < bo.left)) {
+		if o.fit && (best == nil || o.less(&bo.fragScore)) {
 			best, bo = fh, o
 		}
 	}

@@ -51,6 +51,20 @@ type class struct {
 	// mark equals index.mark while the class is in the set a placement
 	// is working with (a membership test without a map).
 	mark uint64
+	// freeVer counts changes to free; next remembers the last search for
+	// the first free ID after another, valid while freeVer is unchanged.
+	freeVer uint64
+	next    nextFree
+}
+
+// nextFree is the answer to "the first ID in free after after" (ok false:
+// there is none) when free was at version ver.
+type nextFree struct {
+	valid bool
+	ver   uint64
+	after string
+	id    string
+	ok    bool
 }
 
 func classKey(d *Device) string {
@@ -160,6 +174,20 @@ func newIndex() *index {
 	return idx
 }
 
+// freeAfter is the first ID in c's free set after the given one (not
+// empty); pivot is after+"\x00". While the set is unchanged, the answer
+// for a later after that is still below the last answer is that answer:
+// the RoundRobin cursor only moves forward, so most classes need no search.
+func (s *State) freeAfter(c *class, after, pivot string) (string, bool) {
+	n := &c.next
+	if n.valid && n.ver == c.freeVer && n.after <= after && (!n.ok || after < n.id) {
+		return n.id, n.ok
+	}
+	id, ok := s.firstFrom(c.free, pivot)
+	*n = nextFree{valid: true, ver: c.freeVer, after: after, id: id, ok: ok}
+	return id, ok
+}
+
 // firstFrom is the first ID in t at or after pivot.
 func (s *State) firstFrom(t *btree.BTreeG[string], pivot string) (string, bool) {
 	f := &s.idx.first
@@ -247,6 +275,7 @@ func (s *State) unindex(d *Device) {
 	if d.indexed {
 		c := d.cls
 		c.free.Delete(d.ID)
+		c.freeVer++
 		if c.byFree != nil {
 			c.byFree.Delete(freeKey{d.idxFree, d.ID})
 		}
@@ -276,6 +305,7 @@ func (s *State) reindex(d *Device) {
 		d.idxFree = shareKey(d.Free().vec(), s.normOf(d.Type))
 	}
 	c.free.ReplaceOrInsert(d.ID)
+	c.freeVer++
 	if c.byFree != nil {
 		c.byFree.ReplaceOrInsert(freeKey{d.idxFree, d.ID})
 	}

@@ -327,20 +327,29 @@ func (s *State) firstFitting(classes []*class, cl *Claim, after string) *Device 
 		pivot = after + "\x00"
 	}
 	for _, c := range classes {
-		if c.shareable {
-			if d := s.firstFree(c, cl, after); d != nil && (best == nil || d.ID < best.ID) {
-				best = d
-			}
-			continue
-		}
 		var id string
 		var ok bool
 		if pivot == "" {
 			id, ok = c.free.Min()
 		} else {
-			id, ok = s.firstFrom(c.free, pivot)
+			id, ok = s.freeAfter(c, after, pivot)
 		}
-		if ok && (firstID == "" || id < firstID) {
+		if !ok {
+			continue
+		}
+		if c.shareable {
+			// The first free device may be too used for the claim: then
+			// search on device by device.
+			d := s.devices[id]
+			if amt, whole := take(c, cl); !s.fits(d, amt, whole, nil) {
+				d = s.firstFree(c, cl, after)
+			}
+			if d != nil && (best == nil || d.ID < best.ID) {
+				best = d
+			}
+			continue
+		}
+		if firstID == "" || id < firstID {
 			firstID = id
 		}
 	}

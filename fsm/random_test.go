@@ -203,12 +203,7 @@ func TestRandomLog(t *testing.T) {
 	if len(replicas) != restorePoints {
 		t.Fatalf("seed %d: %d restore points, want %d", seed, len(replicas), restorePoints)
 	}
-	for _, a := range primary.History() {
-		stats["ended "+string(a.Status)]++
-	}
-	for _, a := range primary.Live() {
-		stats["live "+string(a.Status)]++
-	}
+	stats["live at the end"] = len(primary.Live())
 	keys := make([]string, 0, len(stats))
 	for k := range stats {
 		keys = append(keys, k)
@@ -219,6 +214,9 @@ func TestRandomLog(t *testing.T) {
 		fmt.Fprintf(&b, "\n  %-34s %6d", k, stats[k])
 	}
 	t.Logf("seed %d: %d commands, %d B final snapshot:%s", seed, n, len(primary.SnapshotBytes()), b.String())
+	if testing.Short() {
+		return // a short log may miss rare outcomes such as preemption
+	}
 	// The log must have reached what it is meant to exercise.
 	for _, k := range []string{"request id repeated", "error invalid_argument", "error not_found",
 		"error not_active", "error conflict", "error no_capacity", "outcome active", "outcome queued",
@@ -354,7 +352,7 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 	case r < 760:
 		st = g.setHostStatus(v)
 	case r < 820:
-		st = g.registerHost(v)
+		st = g.registerHost()
 	case r < 835:
 		st = g.removeHost(v)
 	case r < 875:
@@ -375,12 +373,8 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 	case g.chance(3) && len(g.cachedList) > 0:
 		id := g.cachedList[g.rng.Intn(len(g.cachedList))]
 		c := g.cached[id]
-		if c.raw != nil && g.chance(50) {
+		if cmd, err := fsm.Decode(c.raw); err == nil && g.chance(50) {
 			// The same command again, as a client retry sends it.
-			cmd, err := fsm.Decode(c.raw)
-			if err != nil {
-				panic(err)
-			}
 			st = step{cmd: cmd, kind: fmt.Sprintf("retry of command %d", c.index)}
 			fsm.Stamp(st.cmd, time.Unix(0, at))
 		} else {
@@ -559,7 +553,7 @@ func (g *cmdGen) hostLabelsFor(hostID string) map[string]string {
 	return nil
 }
 
-func (g *cmdGen) registerHost(v *publicView) step {
+func (g *cmdGen) registerHost() step {
 	hostID := pick(g, hostUniverse...)
 	old, known := g.hosts[hostID]
 	kind := "register host"
@@ -581,7 +575,6 @@ func (g *cmdGen) registerHost(v *publicView) step {
 	} else {
 		devs = g.freshDevices(hostID)
 	}
-	_ = v
 	return step{kind: kind, cmd: &fsm.RegisterHost{Host: fsm.HostSpec{ID: hostID, Labels: g.hostLabelsFor(hostID)}, Devices: devs}}
 }
 
@@ -1175,8 +1168,12 @@ func (v *publicView) check(afterTick bool) error {
 			if afterTick && a.Deadline <= v.now {
 				return fmt.Errorf("pending allocation %s is past its deadline after a tick", a.ID)
 			}
-			if h := v.fitHost(&a.Request); h != "" {
-				return fmt.Errorf("pending allocation %s (%+v) clearly fits on host %s now", a.ID, a.Request, h)
+			// A request past its deadline is not placed any more; the
+			// next tick times it out.
+			if a.Deadline > v.now {
+				if h := v.fitHost(&a.Request); h != "" {
+					return fmt.Errorf("pending allocation %s (%+v) clearly fits on host %s now", a.ID, a.Request, h)
+				}
 			}
 			continue
 		case fsm.Active:

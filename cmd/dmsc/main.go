@@ -36,10 +36,15 @@ func run(args []string) int {
 
 // commands lists the subcommands. Each subcommand lives in its own file.
 func commands(ui cli.Ui) map[string]cli.CommandFactory {
-	return map[string]cli.CommandFactory{
-		"agent":   func() (cli.Command, error) { return &agentCommand{ui: ui}, nil },
-		"version": func() (cli.Command, error) { return &versionCommand{ui: ui}, nil },
+	m := map[string]cli.CommandFactory{
+		"agent":       func() (cli.Command, error) { return &agentCommand{ui: ui}, nil },
+		"check-ready": func() (cli.Command, error) { return &checkReadyCommand{ui: ui}, nil },
+		"version":     func() (cli.Command, error) { return &versionCommand{ui: ui}, nil },
 	}
+	for name, f := range apiCommands(ui) {
+		m[name] = f
+	}
+	return m
 }
 
 // versionCommand prints the version.

@@ -66,6 +66,11 @@ type Config struct {
 
 	Join              []string
 	RetryJoinInterval time.Duration
+	// ReconnectInterval is how often the node tries to rejoin failed
+	// members (and its join addresses when it sees no server); a host-down
+	// grace shorter than it may mark running hosts down after every server
+	// restarted.
+	ReconnectInterval time.Duration
 
 	Server          bool
 	BootstrapExpect int
@@ -255,6 +260,7 @@ func (c *Config) ClusterConfig(dataDir string, inventory cluster.InventoryFunc, 
 		BootstrapExpect:     c.BootstrapExpect,
 		Join:                append([]string(nil), c.Join...),
 		RetryJoinInterval:   c.RetryJoinInterval,
+		ReconnectInterval:   c.ReconnectInterval,
 		HeartbeatTimeout:    c.HeartbeatTimeout,
 		ElectionTimeout:     c.ElectionTimeout,
 		LeaderLeaseTimeout:  c.LeaderLeaseTimeout,

@@ -24,20 +24,21 @@ const maxConfigFileBytes = 1 << 20
 // fileConfig is the config file's schema. Every key maps to the Setting
 // whose File is its dotted path; absent keys are nil.
 type fileConfig struct {
-	NodeName      *string      `hcl:"node_name,optional"`
-	DataDir       *string      `hcl:"data_dir,optional"`
-	BindAddr      *string      `hcl:"bind_addr,optional"`
-	AdvertiseAddr *string      `hcl:"advertise_addr,optional"`
-	HTTPAddr      *string      `hcl:"http_addr,optional"`
-	LogLevel      *string      `hcl:"log_level,optional"`
-	LogJSON       *bool        `hcl:"log_json,optional"`
-	EnableDebug   *bool        `hcl:"enable_debug,optional"`
-	Join          *[]string    `hcl:"join,optional"`
-	RetryInterval *string      `hcl:"retry_interval,optional"`
-	Ports         *portsBlock  `hcl:"ports,block"`
-	Server        *serverBlock `hcl:"server,block"`
-	Gossip        *gossipBlock `hcl:"gossip,block"`
-	Host          *hostBlock   `hcl:"host,block"`
+	NodeName          *string      `hcl:"node_name,optional"`
+	DataDir           *string      `hcl:"data_dir,optional"`
+	BindAddr          *string      `hcl:"bind_addr,optional"`
+	AdvertiseAddr     *string      `hcl:"advertise_addr,optional"`
+	HTTPAddr          *string      `hcl:"http_addr,optional"`
+	LogLevel          *string      `hcl:"log_level,optional"`
+	LogJSON           *bool        `hcl:"log_json,optional"`
+	EnableDebug       *bool        `hcl:"enable_debug,optional"`
+	Join              *[]string    `hcl:"join,optional"`
+	RetryInterval     *string      `hcl:"retry_interval,optional"`
+	ReconnectInterval *string      `hcl:"reconnect_interval,optional"`
+	Ports             *portsBlock  `hcl:"ports,block"`
+	Server            *serverBlock `hcl:"server,block"`
+	Gossip            *gossipBlock `hcl:"gossip,block"`
+	Host              *hostBlock   `hcl:"host,block"`
 }
 
 type portsBlock struct {

@@ -41,6 +41,7 @@ var Settings = []Setting{
 
 	{"join", "DMSC_JOIN", "join", "gossip address (host[:port]) of a server to join; repeat or separate with commas", func(c *Config) any { return &c.Join }},
 	{"retry-interval", "DMSC_RETRY_INTERVAL", "retry_interval", "wait between join attempts", func(c *Config) any { return &c.RetryJoinInterval }},
+	{"reconnect-interval", "DMSC_RECONNECT_INTERVAL", "reconnect_interval", "how often failed members (and the join addresses, when no server is seen) are contacted again; keep it below the host-down grace", func(c *Config) any { return &c.ReconnectInterval }},
 
 	{"server", "DMSC_SERVER", "server.enabled", "run as a server (a Raft voter holding the state)", func(c *Config) any { return &c.Server }},
 	{"bootstrap-expect", "DMSC_BOOTSTRAP_EXPECT", "server.bootstrap_expect", "servers to wait for before the first election of a new cluster", func(c *Config) any { return &c.BootstrapExpect }},

@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+type (
+	// Device is a device in the scheduler state.
+	Device = fsm.Device
+	// Host is a host as the API shows it.
+	Host = wire.Host
+	// RegisterHostRequest is a host and its static devices.
+	RegisterHostRequest = wire.RegisterHostRequest
+)
+
+// DeviceFilter selects devices; empty fields select all.
+type DeviceFilter struct {
+	Type   fsm.DeviceType
+	Pool   string
+	Host   string
+	Status fsm.DeviceStatus
+}
+
+// Devices lists devices, sorted by ID.
+func (c *Client) Devices(ctx context.Context, f *DeviceFilter, q *QueryOptions) ([]Device, *QueryMeta, error) {
+	v := url.Values{}
+	if f != nil {
+		setIf(v, "type", string(f.Type))
+		setIf(v, "pool", f.Pool)
+		setIf(v, "host", f.Host)
+		setIf(v, "status", string(f.Status))
+	}
+	var out []Device
+	meta, err := c.get(ctx, "/v1/devices", v, q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, meta, nil
+}
+
+// Device returns one device.
+func (c *Client) Device(ctx context.Context, id string, q *QueryOptions) (*Device, *QueryMeta, error) {
+	var d Device
+	meta, err := c.get(ctx, "/v1/devices/"+esc(id), nil, q, &d)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &d, meta, nil
+}
+
+// SetDeviceStatus sets a device's administrative status: available,
+// draining or unhealthy. A draining or unhealthy device keeps its
+// allocations and takes no new ones.
+func (c *Client) SetDeviceStatus(ctx context.Context, id string, status fsm.DeviceStatus) (*Device, *WriteMeta, error) {
+	rid := NewRequestID()
+	var d Device
+	meta, err := c.write(ctx, http.MethodPost, "/v1/devices/"+esc(id)+"/status",
+		wire.DeviceStatusRequest{Status: status, RequestID: rid}, rid, &d)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &d, meta, nil
+}
+
+// Drain stops new allocations on a device; those it holds stay.
+func (c *Client) Drain(ctx context.Context, id string) (*Device, *WriteMeta, error) {
+	return c.SetDeviceStatus(ctx, id, fsm.Draining)
+}
+
+// Undrain makes a device available again.
+func (c *Client) Undrain(ctx context.Context, id string) (*Device, *WriteMeta, error) {
+	return c.SetDeviceStatus(ctx, id, fsm.Available)
+}
+
+// MarkUnhealthy takes a device out of scheduling as faulty.
+func (c *Client) MarkUnhealthy(ctx context.Context, id string) (*Device, *WriteMeta, error) {
+	return c.SetDeviceStatus(ctx, id, fsm.Unhealthy)
+}
+
+// Hosts lists the hosts, sorted by ID.
+func (c *Client) Hosts(ctx context.Context, q *QueryOptions) ([]Host, *QueryMeta, error) {
+	var out []Host
+	meta, err := c.get(ctx, "/v1/hosts", nil, q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, meta, nil
+}
+
+// Host returns one host.
+func (c *Client) Host(ctx context.Context, id string, q *QueryOptions) (*Host, *QueryMeta, error) {
+	var h Host
+	meta, err := c.get(ctx, "/v1/hosts/"+esc(id), nil, q, &h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &h, meta, nil
+}
+
+// RegisterHost registers a host with static devices, or replaces its
+// inventory (allocations of devices gone or changed end lost).
+func (c *Client) RegisterHost(ctx context.Context, id string, req RegisterHostRequest) (*Host, *WriteMeta, error) {
+	req.RequestID = orNewID(req.RequestID)
+	if req.Devices == nil {
+		req.Devices = []fsm.DeviceSpec{}
+	}
+	var h Host
+	meta, err := c.write(ctx, http.MethodPut, "/v1/hosts/"+esc(id), req, req.RequestID, &h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &h, meta, nil
+}
+
+// RemoveHost forgets a host and its devices; their allocations end lost.
+func (c *Client) RemoveHost(ctx context.Context, id string) (*WriteMeta, error) {
+	rid := NewRequestID()
+	return c.write(ctx, http.MethodDelete, "/v1/hosts/"+esc(id), wire.WriteRequest{RequestID: rid}, rid, nil)
+}

@@ -1,0 +1,102 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/fsm"
+)
+
+// Allocate a GPU, keep its lease alive while using it, and give it back.
+func Example_allocate() {
+	// A one-node cluster with GPUs g1 (80 GB) and g2 (40 GB); in real use
+	// the addresses are those of the cluster's servers.
+	addr, stop, err := exampleAgent()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+
+	ctx := context.Background()
+	c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// One GPU with at least 40 GB; wait up to 30s for one to free up; the
+	// allocation expires unless renewed within a minute.
+	a, _, err := c.Allocate(ctx, client.AllocateRequest{Request: client.Request{
+		Claims: []fsm.Claim{{
+			Type: fsm.GPU, Count: 1,
+			Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 40}},
+		}},
+		Timeout:  client.Duration(30 * time.Second),
+		LeaseTTL: client.Duration(time.Minute),
+	}}, client.WaitForPlacement())
+	if errors.Is(err, client.ErrNoCapacity) {
+		var ae *client.APIError
+		errors.As(err, &ae)
+		fmt.Println("refused:", ae.WhyNot.Summary)
+		return
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// Renew the lease every 20s while the work runs.
+	renewer, err := c.NewLeaseRenewer(ctx, a, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s: %s on host %s (policy %s)\n", a.Status, a.Devices[0].DeviceID, a.Host, a.Policy)
+
+	// ... use the device ...
+
+	released, err := renewer.Release(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(released.Status)
+	// Output:
+	// active: g2 on host h1 (policy BestFit)
+	// released
+}
+
+// A request that cannot be placed explains itself.
+func ExampleAPIError_whyNot() {
+	addr, stop, err := exampleAgent()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+
+	c, err := client.New(client.Config{Addresses: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, _, err = c.Allocate(context.Background(), client.AllocateRequest{Request: client.Request{
+		Claims: []fsm.Claim{{Type: fsm.GPU, Count: 1, Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 100}}}},
+	}})
+	var ae *client.APIError
+	if errors.As(err, &ae) && errors.Is(err, client.ErrNoCapacity) {
+		for _, cl := range ae.WhyNot.Claims {
+			fmt.Printf("claim %d (%d x %s): %d fit\n", cl.Claim, cl.Count, cl.Type, cl.Fitting)
+			for _, r := range cl.Removed {
+				fmt.Printf("  %d removed: %s\n", r.Count, r.Reason)
+			}
+		}
+	}
+	// Output:
+	// claim 0 (1 x GPU): 0 fit
+	//   2 removed: capability memory_gb too small
+}

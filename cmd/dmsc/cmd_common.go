@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/cli"
+
+	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+// Exit codes of the API subcommands.
+const (
+	exitOK       = 0
+	exitError    = 1 // the cluster or the network failed
+	exitUsage    = 2 // bad flags or arguments, or values the API refused
+	exitCapacity = 3 // refused: no device fits
+	exitNotFound = 4 // no such allocation, device, host or server
+	exitConflict = 5 // the state forbids it (not active, active, ...)
+)
+
+// exitCodesHelp documents the exit codes in every API subcommand's help.
+const exitCodesHelp = `Exit codes:
+
+  0  success
+  1  error: the cluster or the network failed (unreachable, no leader, ...)
+  2  usage: bad flags or arguments, or values the API refused as invalid
+  3  refused: no device fits the request (the why-not is printed)
+  4  not found: no such allocation, device, host or server
+  5  conflict: the state forbids it (release of an ended allocation, ...)`
+
+// apiOptionsHelp documents the flags every API subcommand takes.
+const apiOptionsHelp = `HTTP API options:
+
+  -address=<addr>
+      The HTTP API of the cluster: one node, or several separated by
+      commas (reads are spread over them, writes follow the leader).
+      Default: $DMSC_ADDR, else http://127.0.0.1:4646.
+
+  -token=<token>
+      Sent as a bearer token. Default: $DMSC_TOKEN.
+
+  -json
+      Print the API's JSON answer instead of a table. An error answer
+      is printed as the API's JSON error envelope on stdout.`
+
+// apiCommand holds what every API subcommand shares: the UI, the target
+// and the output format.
+type apiCommand struct {
+	ui      cli.Ui
+	address string
+	token   string
+	json    bool
+}
+
+// helpText assembles a subcommand's help: usage and description, its own
+// options, then the shared options and the exit codes.
+func helpText(usage, options string) string {
+	parts := []string{strings.TrimSpace(usage)}
+	if options = strings.TrimSpace(options); options != "" {
+		parts = append(parts, "Options:\n\n  "+options)
+	}
+	parts = append(parts, apiOptionsHelp, exitCodesHelp)
+	return strings.Join(parts, "\n\n")
+}
+
+// flags returns a flag set with the shared flags.
+func (c *apiCommand) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.address, "address", os.Getenv(client.AddressEnv), "")
+	fs.StringVar(&c.token, "token", os.Getenv(client.TokenEnv), "")
+	fs.BoolVar(&c.json, "json", false, "")
+	return fs
+}
+
+// parse parses args and checks the number of positional arguments;
+// names are their names for the error message. It returns the positional
+// arguments, or ok false after printing the usage error.
+//
+// Flags may come before or after the positional arguments
+// ("dmsc renew ID -ttl 1h"); after "--" everything is positional.
+func (c *apiCommand) parse(fs *flag.FlagSet, args []string, names ...string) (pos []string, ok bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			c.ui.Error(err.Error())
+			c.ui.Error(fmt.Sprintf("Run 'dmsc %s -h' for usage.", fs.Name()))
+			return nil, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	if len(pos) != len(names) {
+		want := "no arguments"
+		if len(names) > 0 {
+			want = strings.Join(names, " ")
+		}
+		c.ui.Error(fmt.Sprintf("dmsc %s takes %s; got %d argument(s)", fs.Name(), want, len(pos)))
+		c.ui.Error(fmt.Sprintf("Run 'dmsc %s -h' for usage.", fs.Name()))
+		return nil, false
+	}
+	return pos, true
+}
+
+// usageError prints a usage error and returns exitUsage.
+func (c *apiCommand) usageError(name, format string, args ...any) int {
+	c.ui.Error(fmt.Sprintf(format, args...))
+	c.ui.Error(fmt.Sprintf("Run 'dmsc %s -h' for usage.", name))
+	return exitUsage
+}
+
+// client returns an API client for -address.
+func (c *apiCommand) client() (*client.Client, error) {
+	var addrs []string
+	for _, a := range strings.Split(c.address, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	// A few quick retries ride out a leader election; a node that is not
+	// there fails the command within seconds.
+	return client.New(client.Config{Addresses: addrs, Token: c.token, MaxRetries: 5, RetryWaitMax: time.Second})
+}
+
+// context ends on Ctrl-C, so that a waiting request can be abandoned.
+func commandContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt)
+}
+
+// run is the common body of an API subcommand: it makes the client and
+// the context, calls fn, and turns its error into a message and an exit
+// code.
+func (c *apiCommand) run(fn func(ctx context.Context, cl *client.Client) error) int {
+	cl, err := c.client()
+	if err != nil {
+		c.ui.Error(err.Error())
+		return exitUsage
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	if err := fn(ctx, cl); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// fail prints an error and returns its exit code.
+func (c *apiCommand) fail(err error) int {
+	var ae *client.APIError
+	if c.json && errors.As(err, &ae) {
+		c.printJSON(wire.ErrorResponse{Error: wire.Error{
+			Code: ae.Code, Message: ae.Message, Retryable: ae.Retryable, WhyNot: ae.WhyNot,
+			AllocationID: ae.AllocationID, RequestID: ae.RequestID,
+		}})
+		return exitCode(err)
+	}
+	if errors.As(err, &ae) && ae.Code == client.ErrNoCapacity.Code {
+		if ae.WhyNot == nil {
+			c.ui.Error("Refused: " + ae.Message)
+		} else {
+			c.ui.Error("Refused: no device fits the request.")
+		}
+		if ae.AllocationID != "" {
+			c.ui.Error("The request is kept in the history as allocation " + ae.AllocationID + ".")
+		}
+		if ae.WhyNot != nil {
+			c.ui.Error("")
+			c.ui.Error(strings.TrimRight(formatWhyNot(ae.WhyNot), "\n"))
+		}
+		return exitCapacity
+	}
+	c.ui.Error("Error: " + err.Error())
+	return exitCode(err)
+}
+
+// exitCode maps an error to the documented exit codes.
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, client.ErrNoCapacity):
+		return exitCapacity
+	case errors.Is(err, client.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, client.ErrConflict), errors.Is(err, client.ErrNotActive):
+		return exitConflict
+	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrBadRequest),
+		errors.Is(err, client.ErrBadSnapshot), errors.Is(err, client.ErrTooLarge):
+		return exitUsage
+	}
+	return exitError
+}
+
+// printJSON prints v as indented JSON.
+func (c *apiCommand) printJSON(v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		c.ui.Error("Error: " + err.Error())
+		return
+	}
+	c.ui.Output(string(b))
+}
+
+// output prints text without its trailing newlines (the UI adds one).
+func (c *apiCommand) output(s string) {
+	c.ui.Output(strings.TrimRight(s, "\n"))
+}
+
+// table formats rows under a header, aligned in columns.
+func table(header []string, rows [][]string) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+	return b.String()
+}
+
+// keyValues formats "Key = value" lines, aligned.
+func keyValues(pairs [][2]string) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', 0)
+	for _, p := range pairs {
+		fmt.Fprintf(tw, "%s\t= %s\n", p[0], p[1])
+	}
+	tw.Flush()
+	return b.String()
+}
+
+// kvFlag is a repeatable key=value flag.
+type kvFlag map[string]string
+
+func (f kvFlag) String() string { return formatMap(f) }
+
+func (f kvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	f[k] = v
+	return nil
+}
+
+// formatMap prints a map as sorted k=v pairs, "-" when empty.
+func formatMap(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, ",")
+}
+
+// deviceType accepts a type in any case ("gpu") and returns its name.
+func deviceType(s string) fsm.DeviceType {
+	for _, t := range fsm.DeviceTypes {
+		if strings.EqualFold(string(t), s) {
+			return t
+		}
+	}
+	return fsm.DeviceType(s)
+}
+
+// policyName accepts a policy in any case ("bestfit").
+func policyName(s string) fsm.Policy {
+	for _, p := range fsm.Policies {
+		if strings.EqualFold(string(p), s) {
+			return p
+		}
+	}
+	return fsm.Policy(s)
+}
+
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// formatTime prints a time in UTC to the second, "-" when unset.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// formatNum prints a number without needless decimals.
+func formatNum(f float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", f), "0"), ".")
+}
+
+// formatPct prints a 0..1 share as a percentage.
+func formatPct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
+
+// formatSeconds prints seconds as a rounded duration.
+func formatSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d == 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// formatResources prints the non-zero dimensions of r as "memory_gb=16,...".
+func formatResources(r fsm.Resources, op string) string {
+	var parts []string
+	for _, d := range []struct {
+		name string
+		v    float64
+	}{{"memory_gb", r.MemoryGB}, {"compute_units", r.ComputeUnits}, {"storage_gb", r.StorageGB}, {"bandwidth_gbps", r.BandwidthGbps}} {
+		if d.v != 0 {
+			parts = append(parts, d.name+op+formatNum(d.v))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// formatWhyNot explains a refusal: what each filter removed, per claim.
+func formatWhyNot(w *fsm.WhyNot) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Why not: %s\n", w.Summary)
+	fmt.Fprintf(&b, "  %d devices on %d hosts were considered.\n", w.Devices, w.Hosts)
+	for _, cl := range w.Claims {
+		fmt.Fprintf(&b, "\n  Claim %d (%d x %s): %d devices fit; %d hosts have some, %d have enough\n",
+			cl.Claim, cl.Count, cl.Type, cl.Fitting, cl.HostsWithSome, cl.HostsWithEnough)
+		if len(cl.Removed) == 0 {
+			continue
+		}
+		rows := make([][]string, len(cl.Removed))
+		for i, r := range cl.Removed {
+			rows[i] = []string{fmt.Sprint(r.Count), r.Reason}
+		}
+		for _, line := range strings.Split(strings.TrimRight(table([]string{"REMOVED", "BECAUSE"}, rows), "\n"), "\n") {
+			b.WriteString("    " + line + "\n")
+		}
+	}
+	if w.HostsRejected > 0 {
+		fmt.Fprintf(&b, "\n  %d hosts had devices for each claim alone, but not for all claims together.\n", w.HostsRejected)
+	}
+	return b.String()
+}
+
+// parentCommand is a command that only groups subcommands (dmsc device,
+// dmsc operator, ...).
+type parentCommand struct {
+	ui       cli.Ui
+	name     string
+	synopsis string
+	subs     []string
+}
+
+func (c *parentCommand) Synopsis() string { return c.synopsis }
+
+func (c *parentCommand) Help() string {
+	return fmt.Sprintf("Usage: dmsc %s <subcommand> [options] [args]\n\n  %s. Run 'dmsc %s <subcommand> -h' for the\n  options of each.", c.name, c.synopsis, c.name)
+}
+
+func (c *parentCommand) Run(args []string) int {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		c.ui.Error(fmt.Sprintf("dmsc %s: unknown subcommand %q", c.name, args[0]))
+	}
+	c.ui.Error(c.Help())
+	c.ui.Error("\nSubcommands: " + strings.Join(c.subs, ", "))
+	return exitUsage
+}

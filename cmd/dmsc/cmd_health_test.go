@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/cli"
+)
+
+func TestLocalAgentAddress(t *testing.T) {
+	for _, tc := range []struct{ listen, want string }{
+		{"", "127.0.0.1:4646"},
+		{"0.0.0.0:4646", "127.0.0.1:4646"},
+		{"[::]:8080", "127.0.0.1:8080"},
+		{":9000", "127.0.0.1:9000"},
+		{"10.0.0.11:4646", "10.0.0.11:4646"},
+		{"[fd00::1]:4646", "[fd00::1]:4646"},
+		{"not an address", "127.0.0.1:4646"},
+	} {
+		if got := localAgentAddress(tc.listen); got != tc.want {
+			t.Errorf("localAgentAddress(%q) = %q, want %q", tc.listen, got, tc.want)
+		}
+	}
+}
+
+func TestCheckReady(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/ready/v1/ready":
+			w.Write([]byte(`{"id":"s1","server":true,"state":"Follower","leader":"s2","known_leader":true,"commit_index":9,"applied_index":9,"term":2,"ready":true}`))
+		case "/notready/v1/ready":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"id":"s1","server":true,"state":"Candidate","known_leader":false,"term":3,"ready":false}`))
+		case "/live/v1/health":
+			w.Write([]byte(`{"status":"ok","node":"s1"}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		status int
+		out    string
+	}{
+		{"ready", []string{"-address", srv.URL + "/ready"}, 0, "ready: s1 Follower term 2, leader s2, applied 9 of 9"},
+		{"not ready", []string{"-address", srv.URL + "/notready"}, 1, "answered 503: s1 Candidate term 3, leader none"},
+		{"live", []string{"-live", "-address", srv.URL + "/live"}, 0, `ok: {"status":"ok","node":"s1"}`},
+		{"live on a ready-only path", []string{"-live", "-address", srv.URL + "/ready"}, 1, "answered 404"},
+		{"nothing listens", []string{"-address", "http://127.0.0.1:1", "-timeout", "1s"}, 1, "not ready:"},
+		{"bad flag", []string{"-nope"}, 1, "Usage: dmsc check-ready"},
+		{"arguments", []string{"extra"}, 1, "takes no arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			c := &checkReadyCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errOut}}
+			if got := c.Run(tc.args); got != tc.status {
+				t.Fatalf("exit %d, want %d; stdout %q stderr %q", got, tc.status, out.String(), errOut.String())
+			}
+			if all := out.String() + errOut.String(); !strings.Contains(all, tc.out) {
+				t.Fatalf("output %q does not contain %q", all, tc.out)
+			}
+		})
+	}
+}

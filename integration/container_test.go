@@ -1,0 +1,451 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport/api/wire"
+)
+
+// Bounds of the container test. Raft runs at the shipped LAN timings
+// (election 500 ms); the bounds leave room for a loaded CI machine.
+const (
+	// containerTestBudget bounds the whole test (the build excepted when
+	// the Go build cache is cold).
+	containerTestBudget = 6 * time.Minute
+	// clusterReadyBound bounds `compose up` to every node ready.
+	clusterReadyBound = 90 * time.Second
+	// failoverWriteBound bounds killing the leader to the first write
+	// acknowledged by the survivors.
+	failoverWriteBound = 20 * time.Second
+	// minorityRefusalBound bounds one write sent to the cut-off server:
+	// it must be refused (retryable) within it, never acknowledged.
+	minorityRefusalBound = 30 * time.Second
+	// convergeBound bounds reconnecting the cut-off server to all three
+	// servers showing the same state.
+	convergeBound = 90 * time.Second
+)
+
+var (
+	containerServers = []string{"server-1", "server-2", "server-3"}
+	containerHosts   = []string{"host-1", "host-2"}
+)
+
+// TestContainerCluster runs deploy/docker-compose.yml (three servers, two
+// device hosts) from an image built like `make image`, and checks through
+// the SDK that it allocates, survives `docker kill` of its leader, refuses
+// writes on a server cut off by `docker network disconnect` with a
+// retryable error while the other two serve, and converges once the
+// server is reconnected. Everything it starts is removed at the end,
+// whatever happened. It skips under -short and where no Docker engine
+// answers.
+func TestContainerCluster(t *testing.T) {
+	tools := requireDocker(t)
+	sweepStale(t, tools)
+	ctx, cancel := context.WithTimeout(context.Background(), testBudget(t, containerTestBudget))
+	defer cancel()
+	p := newComposeProject(t, tools)
+	timings := &phaseTimer{t: t, start: time.Now()}
+	defer timings.report()
+
+	// Build and start.
+	must(t, timings.phase("build image", func() error { return p.buildImage(ctx) }))
+	services := append(append([]string(nil), containerServers...), containerHosts...)
+	must(t, timings.phase("compose up -d", func() error { return p.up(ctx, services...) }))
+	must(t, timings.phase("all nodes ready", func() error {
+		return pollUntil(ctx, clusterReadyBound, 250*time.Millisecond, func() error {
+			for _, s := range services {
+				if err := nodeReady(ctx, p.addr(ctx, s)); err != nil {
+					return fmt.Errorf("%s: %w", s, err)
+				}
+			}
+			return hostsUp(ctx, p.addr(ctx, containerServers[0]), containerHosts)
+		})
+	}))
+	// The health check Docker runs is the binary's own.
+	for _, s := range services {
+		if out, code := p.exec(ctx, s, "/dmsc", "check-ready"); code != 0 {
+			t.Fatalf("%s: dmsc check-ready exited %d: %s", s, code, out)
+		}
+	}
+
+	sdk := newSDK(t, p.serverAddrs(ctx, containerServers), 10)
+	var acked []string
+	first, _, err := sdk.Allocate(ctx, client.AllocateRequest{Request: client.Request{
+		Claims: []fsm.Claim{{Type: fsm.GPU, Count: 1, Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 80}}}},
+	}})
+	if err != nil {
+		t.Fatalf("allocating a GPU: %v", err)
+	}
+	if first.Status != fsm.Active || len(first.Devices) != 1 {
+		t.Fatalf("GPU allocation: %+v", first)
+	}
+	acked = append(acked, first.ID)
+
+	// Kill the leader and keep allocating: the survivors elect a leader
+	// and acknowledge writes within failoverWriteBound.
+	leader := mustLeader(ctx, t, p, containerServers)
+	t.Logf("leader: %s; docker kill", leader)
+	killedAt := time.Now()
+	must(t, p.kill(ctx, leader))
+	var firstAck time.Duration
+	for i := range 5 {
+		actx, acancel := context.WithTimeout(ctx, failoverWriteBound)
+		a, _, err := sdk.Allocate(actx, cpuRequest(fmt.Sprintf("%s-failover-%d", p.name, i)))
+		acancel()
+		if err != nil {
+			t.Fatalf("allocation %d after killing leader %s (%v after the kill): %v", i, leader, time.Since(killedAt), err)
+		}
+		if i == 0 {
+			firstAck = time.Since(killedAt)
+			timings.record("kill leader -> first acknowledged write", firstAck)
+		}
+		acked = append(acked, a.ID)
+	}
+	newLeader := mustLeader(ctx, t, p, without(containerServers, leader))
+	t.Logf("new leader %s; restarting %s", newLeader, leader)
+	must(t, timings.phase("killed server restarted and ready", func() error {
+		if err := p.start(ctx, leader); err != nil {
+			return err
+		}
+		return pollUntil(ctx, clusterReadyBound, 250*time.Millisecond, func() error {
+			return nodeReady(ctx, p.addr(ctx, leader))
+		})
+	}))
+
+	// Cut the leader off the network. The two others elect a leader and
+	// serve; the cut-off one refuses writes with a retryable error.
+	minority := mustLeader(ctx, t, p, containerServers)
+	majority := without(containerServers, minority)
+	clusterIP, probeAddr, err := p.isolate(ctx, minority)
+	if err != nil {
+		t.Fatalf("isolating %s: %v", minority, err)
+	}
+	isolatedAt := time.Now()
+	t.Logf("isolated %s (cluster IP %s, probe %s)", minority, clusterIP, probeAddr)
+
+	majoritySDK := newSDK(t, p.serverAddrs(ctx, majority), 20)
+	actx, acancel := context.WithTimeout(ctx, failoverWriteBound)
+	a, _, err := majoritySDK.Allocate(actx, cpuRequest(p.name+"-majority"))
+	acancel()
+	if err != nil {
+		t.Fatalf("the majority %v did not acknowledge a write within %v of the cut: %v", majority, failoverWriteBound, err)
+	}
+	timings.record("cut leader off -> majority acknowledges a write", time.Since(isolatedAt))
+	acked = append(acked, a.ID)
+
+	minoritySDK := newSDK(t, []string{probeAddr}, -1)
+	refusedStart := time.Now()
+	rctx, rcancel := context.WithTimeout(ctx, minorityRefusalBound)
+	refused, _, err := minoritySDK.Allocate(rctx, cpuRequest(p.name+"-minority"))
+	rcancel()
+	if err == nil {
+		t.Fatalf("the cut-off server %s acknowledged a write: %+v", minority, refused)
+	}
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("write to the cut-off server %s: want an API error, got %v", minority, err)
+	}
+	if !apiErr.Retryable || !retryableRefusal(apiErr) {
+		t.Fatalf("write to the cut-off server %s: want 503 no_leader/not_leader or 504 timeout, retryable; got %d %s retryable=%t: %s",
+			minority, apiErr.Status, apiErr.Code, apiErr.Retryable, apiErr.Message)
+	}
+	timings.record(fmt.Sprintf("cut-off server refuses a write (%d %s)", apiErr.Status, apiErr.Code), time.Since(refusedStart))
+	// A consistent read there is refused as well, and its health check
+	// fails, so Docker would mark it unhealthy.
+	_, _, err = minoritySDK.Allocations(ctx, nil, &client.QueryOptions{Consistent: true})
+	if !errors.As(err, &apiErr) || !apiErr.Retryable {
+		t.Fatalf("consistent read on the cut-off server: want a retryable refusal, got %v", err)
+	}
+	if out, code := p.exec(ctx, minority, "/dmsc", "check-ready"); code == 0 {
+		t.Fatalf("dmsc check-ready passes on the cut-off server: %s", out)
+	} else {
+		t.Logf("check-ready on the cut-off server: exit %d: %s", code, out)
+	}
+	// The majority keeps serving while the cut lasts.
+	a, _, err = majoritySDK.Allocate(ctx, cpuRequest(p.name+"-majority-2"))
+	if err != nil {
+		t.Fatalf("the majority stopped serving: %v", err)
+	}
+	acked = append(acked, a.ID)
+
+	// Reconnect: all three show the same state (index and allocations),
+	// with every acknowledged allocation, and the rejoined server serves.
+	reconnectedAt := time.Now()
+	must(t, p.reconnect(ctx, minority, clusterIP))
+	must(t, timings.phase("reconnect -> all three servers agree", func() error {
+		return pollUntil(ctx, convergeBound, 250*time.Millisecond, func() error {
+			return converged(ctx, p, acked)
+		})
+	}))
+	t.Logf("converged %v after reconnecting %s", time.Since(reconnectedAt).Round(time.Millisecond), minority)
+	rejoined := newSDK(t, []string{p.addr(ctx, minority)}, 20)
+	a, _, err = rejoined.Allocate(ctx, cpuRequest(p.name+"-rejoined"))
+	if err != nil {
+		t.Fatalf("write through the rejoined server %s: %v", minority, err)
+	}
+	acked = append(acked, a.ID)
+	must(t, pollUntil(ctx, convergeBound, 250*time.Millisecond, func() error { return converged(ctx, p, acked) }))
+	t.Logf("%d acknowledged allocations present on all three servers", len(acked))
+}
+
+// testBudget is d, or less when the test binary's -timeout ends sooner: a
+// minute is kept for the teardown, so that it runs before the binary is
+// killed.
+func testBudget(t *testing.T, d time.Duration) time.Duration {
+	if dl, ok := t.Deadline(); ok {
+		if left := time.Until(dl) - time.Minute; left < d {
+			return max(left, 10*time.Second)
+		}
+	}
+	return d
+}
+
+// phaseTimer records how long each step took and logs them at the end.
+type phaseTimer struct {
+	t     *testing.T
+	start time.Time
+	lines []string
+}
+
+func (pt *phaseTimer) phase(name string, f func() error) error {
+	start := time.Now()
+	err := f()
+	pt.record(name, time.Since(start))
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+func (pt *phaseTimer) record(name string, d time.Duration) {
+	pt.lines = append(pt.lines, fmt.Sprintf("%-55s %8v", name, d.Round(10*time.Millisecond)))
+	pt.t.Logf("%s: %v", name, d.Round(10*time.Millisecond))
+}
+
+func (pt *phaseTimer) report() {
+	pt.t.Logf("timings:\n  %s\n  %-55s %8v", strings.Join(pt.lines, "\n  "), "total (before teardown)",
+		time.Since(pt.start).Round(10*time.Millisecond))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pollUntil calls f every interval until it returns nil, and fails with
+// its last error when bound or ctx runs out.
+func pollUntil(ctx context.Context, bound, interval time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not within %v: %w", bound, err)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// newSDK is a client of addrs that sends a request at most retries+1
+// times (-1: once), each attempt bounded above the servers' 5 s no-leader
+// hold.
+func newSDK(t *testing.T, addrs []string, retries int) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{
+		Addresses: addrs, Timeout: 12 * time.Second, MaxRetries: retries,
+		RetryWait: 50 * time.Millisecond, RetryWaitMax: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// serverAddrs are the HTTP APIs of services on the cluster network.
+func (p *composeProject) serverAddrs(ctx context.Context, services []string) []string {
+	var out []string
+	for _, s := range services {
+		if a := p.addr(ctx, s); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// cpuRequest asks for one compute unit of a shareable CPU, under a given
+// request ID (retries of it take nothing more).
+func cpuRequest(requestID string) client.AllocateRequest {
+	return client.AllocateRequest{RequestID: requestID, Request: client.Request{
+		Claims: []fsm.Claim{{Type: fsm.CPU, Count: 1, Amount: fsm.Resources{ComputeUnits: 1}}},
+	}}
+}
+
+// retryableRefusal says an error is what a server without a quorum owes
+// a write: no leader, leadership lost, or a timeout with the outcome
+// unknown.
+func retryableRefusal(e *client.APIError) bool {
+	switch {
+	case e.Status == http.StatusServiceUnavailable && (e.Code == "no_leader" || e.Code == "not_leader"):
+		return true
+	case e.Status == http.StatusGatewayTimeout && e.Code == "timeout":
+		return true
+	}
+	return false
+}
+
+// nodeReady asks one node's /v1/ready.
+func nodeReady(ctx context.Context, addr string) error {
+	if addr == "" {
+		return errors.New("no address on the cluster network")
+	}
+	st, err := readyOf(ctx, addr)
+	if err != nil {
+		return err
+	}
+	if !st.Ready {
+		return fmt.Errorf("not ready: %+v", *st)
+	}
+	return nil
+}
+
+func readyOf(ctx context.Context, addr string) (*wire.NodeStatus, error) {
+	c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 2 * time.Second, MaxRetries: -1})
+	if err != nil {
+		return nil, err
+	}
+	return c.Ready(ctx)
+}
+
+// hostsUp checks that the server at addr has every host registered and up.
+func hostsUp(ctx context.Context, addr string, hosts []string) error {
+	c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 2 * time.Second, MaxRetries: -1})
+	if err != nil {
+		return err
+	}
+	list, _, err := c.Hosts(ctx, nil)
+	if err != nil {
+		return err
+	}
+	up := map[string]bool{}
+	for _, h := range list {
+		up[h.ID] = h.Up && len(h.Devices) > 0
+	}
+	for _, h := range hosts {
+		if !up[h] {
+			return fmt.Errorf("host %s not registered and up", h)
+		}
+	}
+	return nil
+}
+
+// mustLeader waits until one of services says it leads and is ready.
+func mustLeader(ctx context.Context, t *testing.T, p *composeProject, services []string) string {
+	t.Helper()
+	var leader string
+	err := pollUntil(ctx, failoverWriteBound, 100*time.Millisecond, func() error {
+		for _, s := range services {
+			st, err := readyOf(ctx, p.addr(ctx, s))
+			if err == nil && st.State == "Leader" && st.Ready {
+				leader = s
+				return nil
+			}
+		}
+		return errors.New("no ready leader")
+	})
+	if err != nil {
+		t.Fatalf("leader among %v: %v", services, err)
+	}
+	return leader
+}
+
+func without(list []string, x string) []string {
+	var out []string
+	for _, s := range list {
+		if s != x {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// converged checks that every server is ready under the same leader and
+// shows the same allocations at the same state index, and that every
+// acknowledged allocation is among them.
+func converged(ctx context.Context, p *composeProject, acked []string) error {
+	var refIndex uint64
+	var refState, refServer, refLeader string
+	for _, s := range containerServers {
+		addr := p.addr(ctx, s)
+		st, err := readyOf(ctx, addr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+		if !st.Ready || !st.KnownLeader {
+			return fmt.Errorf("%s not ready: %+v", s, *st)
+		}
+		c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 5 * time.Second, MaxRetries: -1})
+		if err != nil {
+			return err
+		}
+		list, meta, err := c.Allocations(ctx, &client.AllocationFilter{Limit: 1000}, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+		if list.Next != "" {
+			return fmt.Errorf("%s: more than one page of allocations", s)
+		}
+		state, have := describeAllocations(list.Allocations)
+		for _, id := range acked {
+			if !have[id] {
+				return fmt.Errorf("%s lacks acknowledged allocation %s", s, id)
+			}
+		}
+		if refServer == "" {
+			refIndex, refState, refServer, refLeader = meta.Index, state, s, st.Leader
+			continue
+		}
+		if st.Leader != refLeader {
+			return fmt.Errorf("%s follows %s, %s follows %s", s, st.Leader, refServer, refLeader)
+		}
+		if meta.Index != refIndex {
+			return fmt.Errorf("state index: %s at %d, %s at %d", s, meta.Index, refServer, refIndex)
+		}
+		if state != refState {
+			return fmt.Errorf("allocations differ at index %d:\n%s: %s\n%s: %s", refIndex, s, state, refServer, refState)
+		}
+	}
+	return nil
+}
+
+// describeAllocations renders allocations canonically (sorted by ID, with
+// status and devices) and lists their IDs.
+func describeAllocations(list []wire.Allocation) (string, map[string]bool) {
+	ids := map[string]bool{}
+	parts := make([]string, 0, len(list))
+	for _, a := range list {
+		ids[a.ID] = true
+		devs := make([]string, 0, len(a.Devices))
+		for _, d := range a.Devices {
+			devs = append(devs, fmt.Sprintf("%s/%d/%g", d.DeviceID, d.Claim, d.Amount.ComputeUnits))
+		}
+		sort.Strings(devs)
+		parts = append(parts, fmt.Sprintf("%s:%s:%s", a.ID, a.Status, strings.Join(devs, ",")))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " "), ids
+}

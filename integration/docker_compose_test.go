@@ -1,0 +1,494 @@
+package integration
+
+// Docker helpers of the container test (container_test.go): find a Docker
+// engine and a compose command, build the image the way `make image` does,
+// and drive one compose project of deploy/docker-compose.yml (containers,
+// IP addresses, kills, network cuts) under a name no other run uses. Every
+// resource a run creates carries its project name, which starts with
+// projectPrefix, so a run that was killed before its cleanup can be swept
+// by a later one.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	// projectPrefix starts the compose project name of every run; the
+	// image tag, the probe network and the compose resources all carry it.
+	projectPrefix = "dmsc-ct-"
+	// imageRepo is the repository of the images runs build (tag: project).
+	imageRepo = "dmsc-test"
+	// staleAfter is the age past which another run's leftovers are swept.
+	staleAfter = time.Hour
+	// dockerTimeout bounds one docker command that is not a build.
+	dockerTimeout = 2 * time.Minute
+)
+
+// dockerTools are the docker CLI and the compose command found on PATH.
+type dockerTools struct {
+	// compose is the compose command: ["docker", "compose"] (preferred)
+	// or ["docker-compose"].
+	compose []string
+}
+
+// requireDocker skips the test under -short, when no Docker engine
+// answers, or when neither `docker compose` nor `docker-compose` exists.
+func requireDocker(t *testing.T) *dockerTools {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("container test skipped in -short mode (it builds an image and runs a 5-container cluster)")
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("container test skipped: no docker CLI on PATH")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		t.Skipf("container test skipped: no Docker engine answers (docker info: %v: %s)", err, firstLine(out))
+	}
+	tools := &dockerTools{}
+	if exec.CommandContext(ctx, "docker", "compose", "version").Run() == nil {
+		tools.compose = []string{"docker", "compose"}
+	} else if _, err := exec.LookPath("docker-compose"); err == nil && exec.CommandContext(ctx, "docker-compose", "version").Run() == nil {
+		tools.compose = []string{"docker-compose"}
+	} else {
+		t.Skip("container test skipped: a Docker engine answers but neither `docker compose` nor `docker-compose` works")
+	}
+	return tools
+}
+
+// firstLine is the first line of a command's output, for skip messages.
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return s
+}
+
+// docker runs the docker CLI and returns its trimmed combined output.
+func docker(ctx context.Context, args ...string) (string, error) {
+	return runCommand(ctx, nil, "", "docker", args...)
+}
+
+// runCommand runs name args in dir (the working directory when empty) with
+// extra environment and returns the trimmed combined output; a failure
+// carries the output.
+func runCommand(ctx context.Context, env []string, dir, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, dockerTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	out := strings.TrimSpace(buf.String())
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out, nil
+}
+
+// repoRoot is the module root: the parent of this package's directory.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(wd)
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found above %s: %v", wd, err)
+	}
+	return root
+}
+
+// composeProject is one run of deploy/docker-compose.yml.
+type composeProject struct {
+	t     *testing.T
+	tools *dockerTools
+	root  string
+	// name is the compose project name, unique to this run.
+	name string
+	// image is the tag this run builds and runs.
+	image string
+	file  string
+	// ids are the container IDs by service, filled in by up.
+	ids map[string]string
+	// clusterNet is the compose network the nodes talk on.
+	clusterNet string
+	// probeNet is an internal network of this run only, through which the
+	// test still reaches a node cut off from clusterNet.
+	probeNet string
+}
+
+// newComposeProject names a fresh project and registers its teardown:
+// when the test failed, the end of every container's log is printed (and
+// the whole logs saved in the test's artifact directory); then the project
+// is brought down with its volumes, the probe network and the image are
+// removed, and the test fails if anything of the project is left.
+func newComposeProject(t *testing.T, tools *dockerTools) *composeProject {
+	t.Helper()
+	suffix := make([]byte, 5)
+	if _, err := rand.Read(suffix); err != nil {
+		t.Fatal(err)
+	}
+	name := projectPrefix + hex.EncodeToString(suffix)
+	root := repoRoot(t)
+	p := &composeProject{
+		t: t, tools: tools, root: root, name: name,
+		image:    imageRepo + ":" + name,
+		file:     filepath.Join(root, "deploy", "docker-compose.yml"),
+		ids:      map[string]string{},
+		probeNet: name + "-probe",
+	}
+	artifacts := t.ArtifactDir()
+	t.Cleanup(func() {
+		// The test's own context may be spent; teardown gets its own.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if t.Failed() {
+			p.dumpLogs(ctx, artifacts)
+		}
+		start := time.Now()
+		if err := p.teardown(ctx); err != nil {
+			t.Errorf("teardown of compose project %s: %v", p.name, err)
+		}
+		if left := p.leftovers(ctx); len(left) > 0 {
+			t.Errorf("compose project %s left behind: %s", p.name, strings.Join(left, ", "))
+		}
+		t.Logf("teardown of %s (down -v, probe network, image): %v", p.name, time.Since(start).Round(100*time.Millisecond))
+	})
+	return p
+}
+
+// env is the environment of every compose command: which image to run, and
+// server-1's HTTP port picked free so that runs never collide on it.
+func (p *composeProject) env() []string {
+	return []string{"DMSC_IMAGE=" + p.image, "DMSC_HTTP_PORT=0"}
+}
+
+// compose runs a compose command of this project.
+func (p *composeProject) compose(ctx context.Context, args ...string) (string, error) {
+	full := append(append(append([]string(nil), p.tools.compose[1:]...), "-f", p.file, "-p", p.name), args...)
+	return runCommand(ctx, p.env(), p.root, p.tools.compose[0], full...)
+}
+
+// buildImage builds the static binary and the image as `make image` does:
+// the binary (CGO_ENABLED=0, -trimpath, -ldflags '-s -w') and two empty
+// directories staged in a context of their own, then deploy/Dockerfile.
+func (p *composeProject) buildImage(ctx context.Context) error {
+	stage := p.t.TempDir()
+	for _, d := range []string{"data", "tmp"} {
+		if err := os.Mkdir(filepath.Join(stage, d), 0o755); err != nil {
+			return err
+		}
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return err
+	}
+	var goflags []string
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if f != "-race" && f != "-race=true" {
+			goflags = append(goflags, f)
+		}
+	}
+	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-ldflags", "-s -w",
+		"-o", filepath.Join(stage, "dmsc"), "./cmd/dmsc")
+	cmd.Dir = p.root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS="+strings.Join(goflags, " "))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build of the static binary: %w\n%s", err, out)
+	}
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(bctx, "docker", "build", "-q", "-f", filepath.Join(p.root, "deploy", "Dockerfile"),
+		"-t", p.image, "--label", "dmsc.test.project="+p.name, stage)
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("docker build: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// up starts the project and records its container IDs and the network
+// the nodes share.
+func (p *composeProject) up(ctx context.Context, services ...string) error {
+	if _, err := p.compose(ctx, "up", "-d"); err != nil {
+		return err
+	}
+	for _, s := range services {
+		id, err := p.compose(ctx, "ps", "-q", s)
+		if err != nil {
+			return err
+		}
+		if id == "" || strings.ContainsAny(id, " \n") {
+			return fmt.Errorf("service %s: container ID %q", s, id)
+		}
+		p.ids[s] = id
+	}
+	nets, err := p.networks(ctx, services[0])
+	if err != nil {
+		return err
+	}
+	if len(nets) != 1 {
+		return fmt.Errorf("%s is on %d networks, want 1: %v", services[0], len(nets), nets)
+	}
+	for n := range nets {
+		p.clusterNet = n
+	}
+	return nil
+}
+
+// networks maps each network a service's container is attached to, to its
+// IP address there.
+func (p *composeProject) networks(ctx context.Context, service string) (map[string]string, error) {
+	out, err := docker(ctx, "inspect", "-f",
+		`{{range $n, $e := .NetworkSettings.Networks}}{{$n}} {{$e.IPAddress}}{{"\n"}}{{end}}`, p.ids[service])
+	if err != nil {
+		return nil, err
+	}
+	nets := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if n, ip, ok := strings.Cut(strings.TrimSpace(line), " "); ok && ip != "" {
+			nets[n] = ip
+		}
+	}
+	return nets, nil
+}
+
+// addr is a service's HTTP API on the cluster network (empty when it is
+// not attached or not running).
+func (p *composeProject) addr(ctx context.Context, service string) string {
+	nets, err := p.networks(ctx, service)
+	if err != nil || nets[p.clusterNet] == "" {
+		return ""
+	}
+	return "http://" + nets[p.clusterNet] + ":4646"
+}
+
+// kill sends SIGKILL to a service's container.
+func (p *composeProject) kill(ctx context.Context, service string) error {
+	_, err := docker(ctx, "kill", p.ids[service])
+	return err
+}
+
+// start starts a stopped container again (same volume, same command line).
+func (p *composeProject) start(ctx context.Context, service string) error {
+	_, err := docker(ctx, "start", p.ids[service])
+	return err
+}
+
+// exec runs a command in a service's container and returns its output and
+// exit status (-1 when it could not be run).
+func (p *composeProject) exec(ctx context.Context, service string, args ...string) (string, int) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "docker", append([]string{"exec", p.ids[service]}, args...)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return strings.TrimSpace(string(out)), 0
+	case errors.As(err, &exit):
+		return strings.TrimSpace(string(out)), exit.ExitCode()
+	default:
+		return err.Error(), -1
+	}
+}
+
+// isolate cuts a service off the cluster network (`docker network
+// disconnect`), after attaching it to the run's internal probe network so
+// that the test can still ask it things. It returns the service's cluster
+// IP, which reconnect asks for back, and its HTTP API on the probe
+// network. The probe network is internal (no gateway, no route out), so
+// nothing of the cluster is reachable through it.
+func (p *composeProject) isolate(ctx context.Context, service string) (clusterIP, probeAddr string, err error) {
+	nets, err := p.networks(ctx, service)
+	if err != nil {
+		return "", "", err
+	}
+	clusterIP = nets[p.clusterNet]
+	if _, err := docker(ctx, "network", "inspect", p.probeNet); err != nil {
+		if _, err := docker(ctx, "network", "create", "--internal", "--label", "dmsc.test.project="+p.name, p.probeNet); err != nil {
+			return "", "", err
+		}
+	}
+	if _, err := docker(ctx, "network", "connect", p.probeNet, p.ids[service]); err != nil {
+		return "", "", err
+	}
+	if _, err := docker(ctx, "network", "disconnect", p.clusterNet, p.ids[service]); err != nil {
+		return "", "", err
+	}
+	nets, err = p.networks(ctx, service)
+	if err != nil {
+		return "", "", err
+	}
+	if nets[p.probeNet] == "" {
+		return "", "", fmt.Errorf("%s has no address on %s: %v", service, p.probeNet, nets)
+	}
+	return clusterIP, "http://" + nets[p.probeNet] + ":4646", nil
+}
+
+// reconnect attaches an isolated service to the cluster network again and
+// detaches it from the probe network. The node advertises the address it
+// started with, so it must get the same IP back; Docker hands out the
+// lowest free address of the network, which is the one it gave up.
+func (p *composeProject) reconnect(ctx context.Context, service, clusterIP string) error {
+	if _, err := docker(ctx, "network", "connect", p.clusterNet, p.ids[service]); err != nil {
+		return err
+	}
+	if _, err := docker(ctx, "network", "disconnect", p.probeNet, p.ids[service]); err != nil {
+		return err
+	}
+	nets, err := p.networks(ctx, service)
+	if err != nil {
+		return err
+	}
+	if got := nets[p.clusterNet]; got != clusterIP {
+		return fmt.Errorf("%s came back on %s with IP %s, not its old %s: it still advertises the old one", service, p.clusterNet, got, clusterIP)
+	}
+	return nil
+}
+
+// dumpLogs prints the last lines of every container's log and saves the
+// whole logs under dir.
+func (p *composeProject) dumpLogs(ctx context.Context, dir string) {
+	services := make([]string, 0, len(p.ids))
+	for s := range p.ids {
+		services = append(services, s)
+	}
+	sort.Strings(services)
+	for _, s := range services {
+		out, err := docker(ctx, "logs", "-t", p.ids[s])
+		if err != nil {
+			p.t.Logf("logs of %s: %v", s, err)
+			continue
+		}
+		path := filepath.Join(dir, s+".log")
+		if err := os.WriteFile(path, []byte(out+"\n"), 0o644); err != nil {
+			p.t.Logf("saving logs of %s: %v", s, err)
+		}
+		lines := strings.Split(out, "\n")
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		p.t.Logf("---- last %d lines of %s (all in %s) ----\n%s", len(lines), s, path, strings.Join(lines, "\n"))
+	}
+}
+
+// teardown removes everything the run created: the compose project with
+// its volumes, the probe network and the image.
+func (p *composeProject) teardown(ctx context.Context) error {
+	_, err := p.compose(ctx, "down", "-v", "--remove-orphans", "-t", "5")
+	if _, nerr := docker(ctx, "network", "inspect", p.probeNet); nerr == nil {
+		// Still attached only if the test stopped midway; down removed the
+		// containers, so it is free now.
+		if _, rerr := docker(ctx, "network", "rm", p.probeNet); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	if _, ierr := docker(ctx, "image", "inspect", p.image); ierr == nil {
+		if _, rerr := docker(ctx, "rmi", "-f", p.image); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return err
+}
+
+// leftovers lists the project's containers, networks and volumes that
+// still exist.
+func (p *composeProject) leftovers(ctx context.Context) []string {
+	var left []string
+	label := "label=com.docker.compose.project=" + p.name
+	for _, q := range [][]string{
+		{"ps", "-a", "-q", "--filter", label},
+		{"network", "ls", "-q", "--filter", label},
+		{"network", "ls", "-q", "--filter", "name=^" + p.probeNet + "$"},
+		{"volume", "ls", "-q", "--filter", label},
+		{"images", "-q", p.image},
+	} {
+		out, err := docker(ctx, q...)
+		if err != nil {
+			left = append(left, fmt.Sprintf("(docker %s: %v)", q[0], err))
+			continue
+		}
+		for _, id := range strings.Fields(out) {
+			left = append(left, q[0]+" "+id)
+		}
+	}
+	return left
+}
+
+// sweepStale removes what runs that died before their cleanup (a test
+// binary killed by -timeout) left behind: compose projects, probe networks
+// and images of this test older than staleAfter. Younger ones may belong
+// to a run in progress and are left alone.
+func sweepStale(t *testing.T, tools *dockerTools) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stale := map[string]bool{}
+	out, err := docker(ctx, "ps", "-a", "--filter", "label=com.docker.compose.project",
+		"--format", `{{.Label "com.docker.compose.project"}}|{{.CreatedAt}}`)
+	if err != nil {
+		t.Logf("sweeping stale projects: %v", err)
+		return
+	}
+	for _, line := range strings.Split(out, "\n") {
+		name, created, ok := strings.Cut(line, "|")
+		if ok && strings.HasPrefix(name, projectPrefix) && olderThan(created, staleAfter) {
+			stale[name] = true
+		}
+	}
+	out, _ = docker(ctx, "network", "ls", "--filter", "name="+projectPrefix, "--format", "{{.Name}}|{{.CreatedAt}}")
+	for _, line := range strings.Split(out, "\n") {
+		name, created, ok := strings.Cut(line, "|")
+		if ok && strings.HasPrefix(name, projectPrefix) && olderThan(created, staleAfter) {
+			stale[strings.TrimSuffix(strings.TrimSuffix(name, "-probe"), "_cluster")] = true
+		}
+	}
+	out, _ = docker(ctx, "images", imageRepo, "--format", "{{.Tag}}|{{.CreatedAt}}")
+	for _, line := range strings.Split(out, "\n") {
+		tag, created, ok := strings.Cut(line, "|")
+		if ok && strings.HasPrefix(tag, projectPrefix) && olderThan(created, staleAfter) {
+			stale[tag] = true
+		}
+	}
+	names := make([]string, 0, len(stale))
+	for n := range stale {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := &composeProject{t: t, tools: tools, root: repoRoot(t), name: n, image: imageRepo + ":" + n,
+			file: filepath.Join(repoRoot(t), "deploy", "docker-compose.yml"), probeNet: n + "-probe"}
+		err := p.teardown(ctx)
+		t.Logf("swept stale compose project %s (older than %v): %v", n, staleAfter, err)
+	}
+}
+
+// olderThan parses the CreatedAt of docker's listings ("2006-01-02
+// 15:04:05 -0700 MST") and says whether it is older than d; an unreadable
+// time is not.
+func olderThan(created string, d time.Duration) bool {
+	created = strings.TrimSpace(created)
+	for _, layout := range []string{"2006-01-02 15:04:05 -0700 MST", "2006-01-02 15:04:05 -0700 -0700"} {
+		if ts, err := time.Parse(layout, created); err == nil {
+			return time.Since(ts) > d
+		}
+	}
+	return false
+}
