@@ -47,14 +47,15 @@ import (
 // shapes not seen since.
 
 const (
-	// fragRefresh is how many allocations a typical workload is kept.
+	// fragRefresh is how many allocation requests a typical workload
+	// lasts.
 	fragRefresh = shapeWindowSize / 2
 	// fragSample is how many recent requests it is computed from.
 	fragSample = shapeWindowSize - fragRefresh
 	// fragCoverage is the share of the sample the typical shapes cover.
 	fragCoverage = 0.95
 	// fragMaxTables is how many request shapes keep their outcomes.
-	fragMaxTables = 48
+	fragMaxTables = 32
 	// fragMaxKeys bounds the interned request shapes before they restart.
 	fragMaxKeys = 1 << 14
 	// fragInline is how many device picks an outcome holds without
@@ -71,8 +72,10 @@ var fragTypes = func() map[DeviceType]int {
 	return m
 }()
 
-// fragSpans gives, per device type, the range of a view's devices of it.
-type fragSpans [8][2]int16
+// fragSpans gives, per device type (as fragTypes numbers them, with room
+// to spare), the range of a view's devices of it. A host has at most
+// MaxDevicesPerHost devices, so int16 holds the bounds.
+type fragSpans [16][2]int16
 
 // fragCache is the derived state of FragmentationAware. It is never
 // serialized; an empty one rebuilds itself.
@@ -95,8 +98,8 @@ type fragCache struct {
 	shapes   []fragShape
 	claims   []fragClaim
 	// count and usable are, per distinct claim, how many devices of the
-	// host being measured can take it and their free capacity (measured
-	// type only).
+	// host being measured can take it and their free capacity (read for
+	// claims of the measured type only).
 	count  []int
 	usable []float64
 

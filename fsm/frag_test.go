@@ -193,6 +193,13 @@ func TestFragmentationAwarePlacement(t *testing.T) {
 	}
 }
 
+// TestFragSpansHoldEveryType: a view has a span for every device type.
+func TestFragSpansHoldEveryType(t *testing.T) {
+	if n := len(fragSpans{}); len(DeviceTypes) > n {
+		t.Fatalf("%d device types, fragSpans has room for %d", len(DeviceTypes), n)
+	}
+}
+
 // TestFragmentationAwareTiesPack: where every placement fragments alike,
 // the request goes where it leaves the least free capacity.
 func TestFragmentationAwareTiesPack(t *testing.T) {

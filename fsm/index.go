@@ -109,6 +109,34 @@ type hostLoad struct {
 	key    loadKey
 	// dirty is set while the host waits in index.loadDirty.
 	dirty bool
+	// devs are the host's devices of the type in ID order, while devsOK.
+	devs   []*Device
+	devsOK bool
+}
+
+// hostTypeDevices returns the devices of type t on h, in ID order. The
+// list is kept until the host's inventory changes: callers must not
+// change it.
+func (s *State) hostTypeDevices(h *Host, t DeviceType) []*Device {
+	l := s.hostLoadOf(h, t)
+	if !l.devsOK {
+		var devs []*Device
+		for _, id := range h.Devices {
+			if d := s.devices[id]; d.Type == t {
+				devs = append(devs, d)
+			}
+		}
+		l.devs, l.devsOK = devs, true
+	}
+	return l.devs
+}
+
+// hostDevicesChanged forgets a host's device lists after its inventory
+// changed.
+func (s *State) hostDevicesChanged(h *Host) {
+	for _, l := range h.load { // order does not matter
+		l.devs, l.devsOK = nil, false
+	}
 }
 
 // dirtyLoad is a host whose place in the load order of a type is stale.
@@ -334,11 +362,9 @@ func (s *State) hostLoadOf(h *Host, t DeviceType) *hostLoad {
 func (s *State) refreshLoad(h *Host, t DeviceType) {
 	l := s.hostLoadOf(h, t)
 	l.n, l.used = 0, 0
-	for _, id := range h.Devices {
-		if d := s.devices[id]; d.Type == t {
-			l.n++
-			l.used += deviceUtil(d)
-		}
+	for _, d := range s.hostTypeDevices(h, t) {
+		l.n++
+		l.used += deviceUtil(d)
 	}
 	s.markLoadDirty(h, t)
 }

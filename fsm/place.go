@@ -540,8 +540,7 @@ func (s *State) placeLeastLoaded(r *Request, classes []*class) *placement {
 		usable := false
 		var pick *Device
 		var pickUtil float64
-		for _, id := range h.Devices {
-			d := s.devices[id]
+		for _, d := range s.hostTypeDevices(h, cl.Type) {
 			if d.cls.mark != mark {
 				continue
 			}
@@ -590,9 +589,63 @@ func candidateHosts(classes []*class) []string {
 	return out[:n]
 }
 
+// firstHostFit is placeOnHosts for FirstFit and RoundRobin over every
+// candidate host: it walks the candidates in the same order (RoundRobin:
+// from the host after the cursor's, wrapping around) without listing them
+// all, and stops at the first host that takes the request.
+func (s *State) firstHostFit(r *Request, pol Policy, fits [][]*class, ov *overlay) *placement {
+	start := ""
+	if pol == RoundRobin {
+		if cur := s.devices[s.cursors[r.Claims[0].Type]]; cur != nil {
+			start = cur.Host + "\x00"
+		}
+	}
+	var found *placement
+	try := func(hid string) bool {
+		h := s.hosts[hid]
+		if h == nil || !h.Up {
+			return true
+		}
+		if assign, _ := s.evalHost(h, r, pol, fits, ov); assign != nil {
+			found = &placement{host: hid, assign: assign}
+			return false
+		}
+		return true
+	}
+	if s.eachCandidateHost(fits[0], start, "", try) && start != "" {
+		s.eachCandidateHost(fits[0], "", start, try)
+	}
+	return found
+}
+
+// eachCandidateHost calls f, in ID order, for each host at or after from
+// and before to ("": no end) with a free device in any of the classes (the
+// hosts candidateHosts lists), until f returns false; it reports whether
+// f never did.
+func (s *State) eachCandidateHost(classes []*class, from, to string, f func(string) bool) bool {
+	for {
+		next := ""
+		for _, c := range classes {
+			if id, ok := s.firstFrom(c.hosts, from); ok && (next == "" || id < next) {
+				next = id
+			}
+		}
+		if next == "" || (to != "" && next >= to) {
+			return true
+		}
+		if !f(next) {
+			return false
+		}
+		from = next + "\x00"
+	}
+}
+
 // placeOnHosts evaluates the request host by host. hosts limits the
 // candidates (nil: every host with a free device for the first claim).
 func (s *State) placeOnHosts(r *Request, pol Policy, fits [][]*class, ov *overlay, hosts []string) *placement {
+	if hosts == nil && (pol == FirstFit || pol == RoundRobin) {
+		return s.firstHostFit(r, pol, fits, ov)
+	}
 	if hosts == nil {
 		hosts = candidateHosts(fits[0])
 	}

@@ -225,6 +225,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		s.removeClassDevice(d)
 		delete(s.devices, id)
 		h.Devices = removeSorted(h.Devices, id)
+		s.hostDevicesChanged(h)
 	}
 	// A registering host is up.
 	if !h.Up {
@@ -245,6 +246,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		s.devices[d.ID] = d
 		s.addClassDevice(d)
 		h.Devices = insertSorted(h.Devices, d.ID)
+		s.hostDevicesChanged(h)
 		s.reindex(d)
 	}
 	for _, t := range DeviceTypes {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"strings"
@@ -32,6 +33,8 @@ const (
 	// convergeBound bounds reconnecting the cut-off server to all three
 	// servers showing the same state.
 	convergeBound = 90 * time.Second
+	// sdkDialTimeout bounds connecting to one node.
+	sdkDialTimeout = 2 * time.Second
 )
 
 var (
@@ -57,7 +60,11 @@ func TestContainerCluster(t *testing.T) {
 	defer timings.report()
 
 	// Build and start.
-	must(t, timings.phase("build image", func() error { return p.buildImage(ctx) }))
+	must(t, timings.phase("build image (binary + docker build)", func() error {
+		how, took, err := p.buildImage(ctx)
+		timings.record("  of which "+how, took)
+		return err
+	}))
 	services := append(append([]string(nil), containerServers...), containerHosts...)
 	must(t, timings.phase("compose up -d", func() error { return p.up(ctx, services...) }))
 	must(t, timings.phase("all nodes ready", func() error {
@@ -96,6 +103,24 @@ func TestContainerCluster(t *testing.T) {
 	t.Logf("leader: %s; docker kill", leader)
 	killedAt := time.Now()
 	must(t, p.kill(ctx, leader))
+	// How long the survivors take to elect a ready leader, measured on
+	// the side while the client allocates.
+	elected := make(chan time.Duration, 1)
+	go func() {
+		err := pollUntil(ctx, failoverWriteBound, 20*time.Millisecond, func() error {
+			for _, s := range without(containerServers, leader) {
+				if st, err := readyOf(ctx, p.addr(ctx, s)); err == nil && st.State == "Leader" && st.Ready {
+					return nil
+				}
+			}
+			return errors.New("no ready leader")
+		})
+		if err != nil {
+			elected <- -1
+			return
+		}
+		elected <- time.Since(killedAt)
+	}()
 	var firstAck time.Duration
 	for i := range 5 {
 		actx, acancel := context.WithTimeout(ctx, failoverWriteBound)
@@ -109,6 +134,11 @@ func TestContainerCluster(t *testing.T) {
 			timings.record("kill leader -> first acknowledged write", firstAck)
 		}
 		acked = append(acked, a.ID)
+	}
+	if d := <-elected; d < 0 {
+		t.Fatalf("the survivors elected no ready leader within %v", failoverWriteBound)
+	} else {
+		timings.record("kill leader -> survivors have a ready leader", d)
 	}
 	newLeader := mustLeader(ctx, t, p, without(containerServers, leader))
 	t.Logf("new leader %s; restarting %s", newLeader, leader)
@@ -263,12 +293,18 @@ func pollUntil(ctx context.Context, bound, interval time.Duration, f func() erro
 
 // newSDK is a client of addrs that sends a request at most retries+1
 // times (-1: once), each attempt bounded above the servers' 5 s no-leader
-// hold.
+// hold. Connections are given up after sdkDialTimeout: the address of a
+// killed container swallows SYNs (the bridge's neighbour entry is still
+// valid), as a crashed machine's does, and only the dial timeout stops a
+// client from waiting on it for the whole attempt.
 func newSDK(t *testing.T, addrs []string, retries int) *client.Client {
 	t.Helper()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: sdkDialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	c, err := client.New(client.Config{
 		Addresses: addrs, Timeout: 12 * time.Second, MaxRetries: retries,
 		RetryWait: 50 * time.Millisecond, RetryWaitMax: 500 * time.Millisecond,
+		HTTPClient: &http.Client{Transport: tr},
 	})
 	if err != nil {
 		t.Fatal(err)

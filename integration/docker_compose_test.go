@@ -12,12 +12,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -186,16 +188,72 @@ func (p *composeProject) compose(ctx context.Context, args ...string) (string, e
 	return runCommand(ctx, p.env(), p.root, p.tools.compose[0], full...)
 }
 
-// buildImage builds the static binary and the image as `make image` does:
-// the binary (CGO_ENABLED=0, -trimpath, -ldflags '-s -w') and two empty
-// directories staged in a context of their own, then deploy/Dockerfile.
-func (p *composeProject) buildImage(ctx context.Context) error {
+// buildImage builds the image as `make image` does: a static binary and
+// two empty directories staged in a context of their own, then
+// deploy/Dockerfile. The binary is the one the package's TestMain built
+// when that one is static already (CGO_ENABLED=0), else it is built here
+// with the release flags (CGO_ENABLED=0, -trimpath, -ldflags '-s -w'). It
+// says which, and how long getting the binary took.
+func (p *composeProject) buildImage(ctx context.Context) (how string, took time.Duration, err error) {
 	stage := p.t.TempDir()
 	for _, d := range []string{"data", "tmp"} {
 		if err := os.Mkdir(filepath.Join(stage, d), 0o755); err != nil {
-			return err
+			return "", 0, err
 		}
 	}
+	start := time.Now()
+	if binary != "" && staticELF(binary) {
+		how = "reused the test binary (static)"
+		err = copyFile(binary, filepath.Join(stage, "dmsc"))
+	} else {
+		how = "go build (static, release flags)"
+		err = buildStatic(ctx, p.root, filepath.Join(stage, "dmsc"))
+	}
+	took = time.Since(start)
+	if err != nil {
+		return how, took, err
+	}
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	build := exec.CommandContext(bctx, "docker", "build", "-q", "-f", filepath.Join(p.root, "deploy", "Dockerfile"),
+		"-t", p.image, "--label", "dmsc.test.project="+p.name, stage)
+	if out, err := build.CombinedOutput(); err != nil {
+		return how, took, fmt.Errorf("docker build: %w\n%s", err, out)
+	}
+	return how, took, nil
+}
+
+// staticELF says whether path is a Linux executable for this machine's
+// architecture that needs no dynamic loader, so that it runs on scratch.
+func staticELF(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	if want, ok := machines[runtime.GOARCH]; !ok || f.Machine != want || runtime.GOOS != "linux" {
+		return false
+	}
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
+}
+
+// buildStatic builds cmd/dmsc as `make image` does, without the race
+// detector whatever GOFLAGS says.
+func buildStatic(ctx context.Context, root, out string) error {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		return err
@@ -206,19 +264,11 @@ func (p *composeProject) buildImage(ctx context.Context) error {
 			goflags = append(goflags, f)
 		}
 	}
-	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-ldflags", "-s -w",
-		"-o", filepath.Join(stage, "dmsc"), "./cmd/dmsc")
-	cmd.Dir = p.root
+	cmd := exec.CommandContext(ctx, goTool, "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./cmd/dmsc")
+	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS="+strings.Join(goflags, " "))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build of the static binary: %w\n%s", err, out)
-	}
-	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(bctx, "docker", "build", "-q", "-f", filepath.Join(p.root, "deploy", "Dockerfile"),
-		"-t", p.image, "--label", "dmsc.test.project="+p.name, stage)
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("docker build: %w\n%s", err, out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build of the static binary: %w\n%s", err, b)
 	}
 	return nil
 }
@@ -385,7 +435,8 @@ func (p *composeProject) dumpLogs(ctx context.Context, dir string) {
 		if len(lines) > 60 {
 			lines = lines[len(lines)-60:]
 		}
-		p.t.Logf("---- last %d lines of %s (all in %s) ----\n%s", len(lines), s, path, strings.Join(lines, "\n"))
+		p.t.Logf("---- last %d lines of %s (the whole log: %s, kept with go test -artifacts) ----\n%s",
+			len(lines), s, path, strings.Join(lines, "\n"))
 	}
 }
 

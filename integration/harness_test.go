@@ -493,6 +493,9 @@ type Process struct {
 	DataDir string
 	// LogPath is the file stdout and stderr go to, appended on restart.
 	LogPath string
+	// BeforeStart, when set, adjusts the command before every start (the
+	// nemesis runs each process under a group of its own).
+	BeforeStart func(*exec.Cmd)
 
 	t    testing.TB
 	args []string
@@ -557,6 +560,9 @@ func (p *Process) Start() error {
 	cmd.Env = agentEnv()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childProcAttr()
+	if p.BeforeStart != nil {
+		p.BeforeStart(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", p.Name, err)
 	}

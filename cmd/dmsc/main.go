@@ -44,6 +44,9 @@ func commands(ui cli.Ui) map[string]cli.CommandFactory {
 	for name, f := range apiCommands(ui) {
 		m[name] = f
 	}
+	for name, f := range benchCommands(ui) {
+		m[name] = f
+	}
 	return m
 }
 

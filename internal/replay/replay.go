@@ -145,19 +145,36 @@ func (r *Replayer) Apply(c fsm.Command) fsm.Result {
 	return r.State.Apply(r.idx, c)
 }
 
+// stampTime sets the leader time of a command.
 func stampTime(c fsm.Command, t int64) {
+	var m *fsm.Meta
 	switch c := c.(type) {
 	case *fsm.RegisterHost:
-		c.Time = t
-	case *fsm.SetPolicy:
-		c.Time = t
+		m = &c.Meta
+	case *fsm.RemoveHost:
+		m = &c.Meta
+	case *fsm.SetHostStatus:
+		m = &c.Meta
+	case *fsm.SetDeviceStatus:
+		m = &c.Meta
 	case *fsm.Allocate:
-		c.Time = t
+		m = &c.Meta
 	case *fsm.Release:
-		c.Time = t
+		m = &c.Meta
+	case *fsm.Renew:
+		m = &c.Meta
+	case *fsm.Cancel:
+		m = &c.Meta
+	case *fsm.SetPolicy:
+		m = &c.Meta
+	case *fsm.SetRetention:
+		m = &c.Meta
 	case *fsm.Tick:
-		c.Time = t
+		m = &c.Meta
+	default:
+		return
 	}
+	m.Time = t
 }
 
 // PolicyTypes are the device types a replay sets its policy for: every

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/cli"
+
+	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/internal/bench"
+)
+
+// benchCommand is `dmsc bench`: a load generator.
+type benchCommand struct {
+	apiCommand
+	// progress receives the progress lines; nil is standard error.
+	progress io.Writer
+}
+
+func benchCommands(ui cli.Ui) map[string]cli.CommandFactory {
+	return map[string]cli.CommandFactory{
+		"bench": func() (cli.Command, error) { return &benchCommand{apiCommand: apiCommand{ui: ui}}, nil },
+	}
+}
+
+func (c *benchCommand) Synopsis() string {
+	return "Measure a cluster's throughput and latency under load"
+}
+
+func (c *benchCommand) Help() string {
+	return helpText(`
+Usage: dmsc bench [options]
+
+  Registers a synthetic inventory of GPU hosts (hosts named bench-h0000,
+  ...; mixed models of 16, 40 and 80 GB), then runs -clients concurrent
+  clients for -duration, each with one operation in flight, drawing
+  operations from -mix:
+
+    alloc  allocate one GPU, then release it (one operation)
+    read   read an allocation the client holds, or a host's device list
+    renew  renew the lease of an allocation the client holds
+
+  A progress line is printed every second on stderr. At the end it prints
+  throughput, latency percentiles of successful operations and errors by
+  code; with -json one JSON object (ops_per_sec, latency_ms {p50, p95,
+  p99, max, mean}, errors, clients, duration_s, nodes, by_op, ...). It
+  exits 1 when no operation succeeded.
+
+  Against a running cluster it removes the hosts it registered at the
+  end. With -local N it starts N servers in this process on 127.0.0.1
+  (data in a temporary directory) and stops them at the end.
+
+      dmsc bench -local 3 -clients 64 -duration 30s
+      dmsc bench -address 10.0.0.11,10.0.0.12,10.0.0.13 -mix alloc=50,read=50`, `
+-local=<n>
+      Start a cluster of n servers in this process instead of using
+      -address. Default 0: use -address.
+
+  -local-storage=<disk|memory>
+      Where the local servers keep the Raft log: disk (a real server's
+      bolt store with fsync) or memory. Default disk.
+
+  -clients=<n>
+      Concurrent clients. Default 16.
+
+  -duration=<duration>
+      How long clients start new operations. Default 10s.
+
+  -hosts=<n>, -gpus-per-host=<n>
+      The synthetic inventory. Default 64 hosts of 8 GPUs.
+
+  -mix=<op=weight,...>
+      The operation mix. Default alloc=80,read=15,renew=5.
+
+  -retries=<n>
+      Retries of a failed request by the client (same request ID).
+      Default 2.
+
+  -quick
+      A run of a few seconds on a small inventory, for CI: 3s, 8 clients,
+      8 hosts of 4 GPUs, unless those flags are given.
+
+  -seed=<n>
+      Seed of the clients' draws. Default 1.
+
+  -cpuprofile=<file>
+      Write a CPU profile of this process for the measured run (with
+      -local it covers the servers too).`)
+}
+
+func (c *benchCommand) Run(args []string) int {
+	fs := c.flags("bench")
+	var (
+		local        int
+		storage      string
+		clients      int
+		duration     time.Duration
+		hosts        int
+		gpusPerHost  int
+		mixFlag      string
+		retries      int
+		quick        bool
+		seed         uint64
+		cpuProfile   string
+		addressGiven bool
+	)
+	fs.IntVar(&local, "local", 0, "")
+	fs.StringVar(&storage, "local-storage", "disk", "")
+	fs.IntVar(&clients, "clients", 16, "")
+	fs.DurationVar(&duration, "duration", 10*time.Second, "")
+	fs.IntVar(&hosts, "hosts", 64, "")
+	fs.IntVar(&gpusPerHost, "gpus-per-host", 8, "")
+	fs.StringVar(&mixFlag, "mix", bench.DefaultMix.String(), "")
+	fs.IntVar(&retries, "retries", 2, "")
+	fs.BoolVar(&quick, "quick", false, "")
+	fs.Uint64Var(&seed, "seed", 1, "")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "")
+	if _, ok := c.parse(fs, args); !ok {
+		return exitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	addressGiven = set["address"]
+	if quick {
+		if !set["duration"] {
+			duration = 3 * time.Second
+		}
+		if !set["clients"] {
+			clients = 8
+		}
+		if !set["hosts"] {
+			hosts = 8
+		}
+		if !set["gpus-per-host"] {
+			gpusPerHost = 4
+		}
+	}
+	mix, err := bench.ParseMix(mixFlag)
+	switch {
+	case err != nil:
+		return c.usageError("bench", "%v", err)
+	case local < 0 || local > 7:
+		return c.usageError("bench", "-local takes 1 to 7 servers")
+	case local > 0 && addressGiven:
+		return c.usageError("bench", "give -local or -address, not both")
+	case storage != "disk" && storage != "memory":
+		return c.usageError("bench", "-local-storage is disk or memory, not %q", storage)
+	case clients < 1 || duration <= 0 || hosts < 1 || gpusPerHost < 1:
+		return c.usageError("bench", "-clients, -duration, -hosts and -gpus-per-host must be positive")
+	case retries < 0:
+		return c.usageError("bench", "-retries must not be negative")
+	}
+
+	progress := c.progress
+	if progress == nil {
+		progress = os.Stderr
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	addrs := splitAddresses(c.address)
+	nodes := len(addrs)
+	var connections func() int64
+	if local > 0 {
+		startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
+		lc, err := bench.StartLocal(startCtx, bench.LocalConfig{Servers: local, InMemory: storage == "memory", Version: version})
+		startCancel()
+		if err != nil {
+			c.ui.Error("Error: local cluster: " + err.Error())
+			return exitError
+		}
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer ccancel()
+			if err := lc.Close(cctx); err != nil {
+				c.ui.Error("Error: stopping the local cluster: " + err.Error())
+			}
+		}()
+		addrs, nodes, connections = lc.Addresses, local, lc.Connections
+		fmt.Fprintf(progress, "bench: started %d local servers: %s\n", local, strings.Join(addrs, ", "))
+	}
+	mr := retries
+	if mr == 0 {
+		mr = -1 // the client's "send once"
+	}
+	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, MaxRetries: mr, Timeout: 10 * time.Second})
+	if err != nil {
+		c.ui.Error(err.Error())
+		return exitUsage
+	}
+	if nodes == 0 {
+		nodes = len(cl.Addresses())
+	}
+
+	inv := bench.Inventory(hosts, gpusPerHost)
+	fmt.Fprintf(progress, "bench: registering %d hosts with %d GPUs each\n", hosts, gpusPerHost)
+	if err := bench.Register(ctx, cl, inv); err != nil {
+		return c.fail(err)
+	}
+	if local == 0 {
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+			defer ccancel()
+			if err := bench.Unregister(cctx, cl, inv); err != nil {
+				c.ui.Error("Error: removing the bench hosts: " + err.Error())
+			}
+		}()
+	}
+
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			c.ui.Error("Error: " + err.Error())
+			return exitError
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			c.ui.Error("Error: " + err.Error())
+			return exitError
+		}
+	}
+	fmt.Fprintf(progress, "bench: %d clients for %v, mix %s\n", clients, duration, mix)
+	res, err := bench.Run(ctx, cl, bench.Config{
+		Clients: clients, Duration: duration, Mix: mix, Hosts: inv, Nodes: nodes, Seed: seed, Progress: progress,
+		Connections: connections,
+	})
+	if cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(res)
+	} else {
+		c.output(res.Format())
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		c.ui.Error("Interrupted: the figures cover the time until then.")
+	}
+	if res.Ops == 0 {
+		c.ui.Error("Error: no operation succeeded.")
+		return exitError
+	}
+	return exitOK
+}
+
+// splitAddresses splits a comma-separated -address.
+func splitAddresses(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}

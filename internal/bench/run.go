@@ -1,0 +1,402 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/fsm"
+)
+
+// Config says how hard and how long to drive the cluster.
+type Config struct {
+	// Clients is the number of concurrent clients, each with one
+	// operation in flight at a time.
+	Clients int
+	// Duration is how long clients start new operations; operations in
+	// flight at the end are finished and counted.
+	Duration time.Duration
+	// Mix weighs the operations.
+	Mix Mix
+	// Hosts are the registered hosts the clients read from.
+	Hosts []Host
+	// Nodes is the number of nodes driven, reported as is.
+	Nodes int
+	// OpTimeout bounds one operation; 0 takes 10s.
+	OpTimeout time.Duration
+	// Seed makes the clients' draws repeatable.
+	Seed uint64
+	// Progress receives a line every ProgressInterval (default 1s) while
+	// the clients run; nil prints nothing.
+	Progress         io.Writer
+	ProgressInterval time.Duration
+	// Connections, when set, counts the HTTP connections the nodes have
+	// accepted so far (a local cluster's LocalCluster.Connections); the
+	// result then reports how many the run opened.
+	Connections func() int64
+}
+
+// Result is what a run measured. Latencies are those of successful
+// operations; a failed operation counts in Failed and in Errors by code.
+type Result struct {
+	OpsPerSec float64          `json:"ops_per_sec"`
+	Ops       int64            `json:"ops"`
+	Failed    int64            `json:"failed"`
+	LatencyMS Latency          `json:"latency_ms"`
+	Errors    map[string]int64 `json:"errors"`
+	Clients   int              `json:"clients"`
+	DurationS float64          `json:"duration_s"`
+	Nodes     int              `json:"nodes"`
+	Mix       string           `json:"mix"`
+	Hosts     int              `json:"hosts"`
+	Devices   int              `json:"devices"`
+	// ProcessCPUS is the CPU time this process spent during the run (with
+	// a local cluster, the servers' too), and CPUMSPerOp that per
+	// successful operation: a measure less sensitive than throughput to
+	// other load on the machine. Zero where the system does not say.
+	ProcessCPUS float64 `json:"process_cpu_s"`
+	CPUMSPerOp  float64 `json:"cpu_ms_per_op"`
+	// NewConnections is the number of HTTP connections the nodes accepted
+	// during the run (only with Config.Connections): with keep-alive
+	// working, about one per client and node.
+	NewConnections int64 `json:"new_connections,omitempty"`
+	// ByOp breaks the figures down by operation.
+	ByOp map[string]OpResult `json:"by_op"`
+}
+
+// OpResult is the share of one operation in a run.
+type OpResult struct {
+	Ops       int64   `json:"ops"`
+	Failed    int64   `json:"failed"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	LatencyMS Latency `json:"latency_ms"`
+}
+
+// holdTTL is the lease of the allocation each client holds for reads and
+// renewals; renewals extend it by as much.
+const holdTTL = 10 * time.Minute
+
+// worker is one client's loop and what it measured.
+type worker struct {
+	cl   *client.Client
+	cfg  *Config
+	rng  *rand.Rand
+	held string // an allocation this client holds, for read and renew
+	// heldAt makes reads of held wait for a node that has applied it.
+	heldAt *client.QueryOptions
+	lat    [numOps][]time.Duration
+	fails  [numOps]int64
+	errs   map[string]int64
+	live   *liveCounters
+}
+
+// liveCounters feed the progress line.
+type liveCounters struct {
+	ops, failed, latNS atomic.Int64
+}
+
+// Run drives the cluster behind cl with cfg.Clients clients for
+// cfg.Duration and returns what it measured. Each client first takes one
+// allocation to read and renew (when the mix has reads or renewals) and
+// releases it at the end, outside the measured window. ctx ends the run
+// early: the figures then cover the time until it ended.
+func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
+	if cfg.Clients <= 0 || cfg.Duration <= 0 {
+		return nil, fmt.Errorf("bench: need clients > 0 and a duration > 0")
+	}
+	if cfg.Mix.total() == 0 {
+		cfg.Mix = DefaultMix
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 10 * time.Second
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = time.Second
+	}
+	if len(cfg.Hosts) == 0 && cfg.Mix[OpRead] > 0 {
+		return nil, fmt.Errorf("bench: reads need the registered hosts")
+	}
+	live := &liveCounters{}
+	workers := make([]*worker, cfg.Clients)
+	for i := range workers {
+		workers[i] = &worker{cl: cl, cfg: &cfg, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
+			errs: map[string]int64{}, live: live}
+	}
+	if cfg.Mix.needsHeld() {
+		if err := takeHeld(ctx, workers); err != nil {
+			return nil, err
+		}
+		defer releaseHeld(workers)
+	}
+
+	var conns0 int64
+	if cfg.Connections != nil {
+		conns0 = cfg.Connections()
+	}
+	cpu0 := processCPU()
+	start := time.Now()
+	end := start.Add(cfg.Duration)
+	stopProgress := startProgress(cfg.Progress, cfg.ProgressInterval, start, live)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx, end)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
+	stopProgress()
+	r := summarize(&cfg, workers, elapsed)
+	r.ProcessCPUS = round3(cpu.Seconds())
+	if cfg.Connections != nil {
+		r.NewConnections = cfg.Connections() - conns0
+	}
+	if r.Ops > 0 {
+		r.CPUMSPerOp = round3(ms(cpu) / float64(r.Ops))
+	}
+	return r, nil
+}
+
+// takeHeld gives every worker an allocation to read and renew.
+func takeHeld(ctx context.Context, workers []*worker) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(workers))
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+			defer cancel()
+			a, meta, err := w.cl.Allocate(octx, client.AllocateRequest{Request: client.Request{
+				Claims: []fsm.Claim{requestShapes[0]}, LeaseTTL: client.Duration(holdTTL),
+			}})
+			if err != nil {
+				errs[i] = fmt.Errorf("bench: client %d: take the allocation it reads and renews: %w", i, err)
+				return
+			}
+			w.held = a.ID
+			w.heldAt = &client.QueryOptions{WaitIndex: meta.Index - 1, WaitTime: w.cfg.OpTimeout}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		releaseHeld(workers)
+		return err
+	}
+	return nil
+}
+
+// releaseHeld gives back what takeHeld took, best effort.
+func releaseHeld(workers []*worker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		if w.held == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, _ = w.cl.Release(ctx, w.held)
+		}()
+	}
+	wg.Wait()
+}
+
+// loop runs operations until end or until ctx ends.
+func (w *worker) loop(ctx context.Context, end time.Time) {
+	total := w.cfg.Mix.total()
+	for ctx.Err() == nil && time.Now().Before(end) {
+		op := w.cfg.Mix.pick(w.rng.IntN(total))
+		octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+		t0 := time.Now()
+		err := w.do(octx, op)
+		d := time.Since(t0)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return // cut short by the caller: neither a success nor a failure
+			}
+			w.fails[op]++
+			w.errs[ErrorKind(err)]++
+			w.live.failed.Add(1)
+			continue
+		}
+		w.lat[op] = append(w.lat[op], d)
+		w.live.ops.Add(1)
+		w.live.latNS.Add(int64(d))
+	}
+}
+
+// do performs one operation.
+func (w *worker) do(ctx context.Context, op Op) error {
+	switch op {
+	case OpAlloc:
+		shape := requestShapes[w.rng.IntN(len(requestShapes))]
+		a, _, err := w.cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []fsm.Claim{shape}}})
+		if err != nil {
+			return err
+		}
+		_, _, err = w.cl.Release(ctx, a.ID)
+		return err
+	case OpRead:
+		if w.rng.IntN(2) == 0 {
+			// Read your write: a node that has not yet applied the
+			// allocation answers once it has.
+			_, _, err := w.cl.Allocation(ctx, w.held, w.heldAt)
+			return err
+		}
+		h := w.cfg.Hosts[w.rng.IntN(len(w.cfg.Hosts))]
+		_, _, err := w.cl.Devices(ctx, &client.DeviceFilter{Host: h.ID}, nil)
+		return err
+	case OpRenew:
+		_, _, err := w.cl.Renew(ctx, w.held, holdTTL)
+		return err
+	}
+	return fmt.Errorf("bench: unknown operation %v", op)
+}
+
+// ErrorKind names an error for the errors-by-kind count: the API's error
+// code, "connection" for a failed exchange, "deadline" for an operation
+// that ran past its timeout, else "other".
+func ErrorKind(err error) string {
+	var ae *client.APIError
+	var ce *client.ConnError
+	switch {
+	case errors.As(err, &ae) && ae.Code != "":
+		return ae.Code
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.As(err, &ce):
+		return "connection"
+	}
+	return "other"
+}
+
+// startProgress prints a line every interval until the returned function
+// is called: elapsed time, throughput and mean latency over the last
+// interval, the totals so far.
+func startProgress(out io.Writer, interval time.Duration, start time.Time, live *liveCounters) func() {
+	if out == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		var lastOps, lastLat int64
+		last := start
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				ops, lat, failed := live.ops.Load(), live.latNS.Load(), live.failed.Load()
+				dOps := ops - lastOps
+				mean := time.Duration(0)
+				if dOps > 0 {
+					mean = time.Duration((lat - lastLat) / dOps)
+				}
+				fmt.Fprintf(out, "bench: %5.1fs  %8.0f ops/s  mean %7.2fms  total %d ops, %d failed\n",
+					now.Sub(start).Seconds(), float64(dOps)/now.Sub(last).Seconds(), ms(mean), ops, failed)
+				lastOps, lastLat, last = ops, lat, now
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// summarize merges the workers' measurements.
+func summarize(cfg *Config, workers []*worker, elapsed time.Duration) *Result {
+	secs := elapsed.Seconds()
+	r := &Result{
+		Errors: map[string]int64{}, Clients: cfg.Clients, DurationS: round3(secs), Nodes: cfg.Nodes,
+		Mix: cfg.Mix.String(), Hosts: len(cfg.Hosts), ByOp: map[string]OpResult{},
+	}
+	for _, h := range cfg.Hosts {
+		r.Devices += len(h.Devices)
+	}
+	var all []time.Duration
+	for op := range numOps {
+		var lat []time.Duration
+		var failed int64
+		for _, w := range workers {
+			lat = append(lat, w.lat[op]...)
+			failed += w.fails[op]
+		}
+		if cfg.Mix[op] == 0 && len(lat) == 0 && failed == 0 {
+			continue
+		}
+		all = append(all, lat...)
+		r.Ops += int64(len(lat))
+		r.Failed += failed
+		r.ByOp[Op(op).String()] = OpResult{Ops: int64(len(lat)), Failed: failed,
+			OpsPerSec: round3(float64(len(lat)) / secs), LatencyMS: Summarize(lat)}
+	}
+	for _, w := range workers {
+		for k, n := range w.errs {
+			r.Errors[k] += n
+		}
+	}
+	r.OpsPerSec = round3(float64(r.Ops) / secs)
+	r.LatencyMS = Summarize(all)
+	return r
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// Format writes the result as a short report for people.
+func (r *Result) Format() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Nodes     %d\n", r.Nodes)
+	fmt.Fprintf(&b, "Clients   %d\n", r.Clients)
+	fmt.Fprintf(&b, "Inventory %d hosts, %d GPUs\n", r.Hosts, r.Devices)
+	fmt.Fprintf(&b, "Mix       %s\n", r.Mix)
+	fmt.Fprintf(&b, "Duration  %.1fs\n", r.DurationS)
+	fmt.Fprintf(&b, "Ops       %d ok, %d failed\n", r.Ops, r.Failed)
+	fmt.Fprintf(&b, "Ops/s     %.0f\n", r.OpsPerSec)
+	if r.ProcessCPUS > 0 {
+		fmt.Fprintf(&b, "CPU       %.1fs in this process, %.3fms per op\n", r.ProcessCPUS, r.CPUMSPerOp)
+	}
+	fmt.Fprintf(&b, "Latency   p50 %.2fms  p95 %.2fms  p99 %.2fms  max %.2fms\n\n",
+		r.LatencyMS.P50, r.LatencyMS.P95, r.LatencyMS.P99, r.LatencyMS.Max)
+	fmt.Fprintf(&b, "%-6s %10s %8s %10s %9s %9s %9s %9s\n", "OP", "OPS", "FAILED", "OPS/S", "P50 MS", "P95 MS", "P99 MS", "MAX MS")
+	names := make([]string, 0, len(r.ByOp))
+	for k := range r.ByOp {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		o := r.ByOp[k]
+		fmt.Fprintf(&b, "%-6s %10d %8d %10.0f %9.2f %9.2f %9.2f %9.2f\n", k, o.Ops, o.Failed, o.OpsPerSec,
+			o.LatencyMS.P50, o.LatencyMS.P95, o.LatencyMS.P99, o.LatencyMS.Max)
+	}
+	if len(r.Errors) > 0 {
+		b.WriteString("\nErrors\n")
+		kinds := make([]string, 0, len(r.Errors))
+		for k := range r.Errors {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for _, k := range kinds {
+			fmt.Fprintf(&b, "  %-20s %d\n", k, r.Errors[k])
+		}
+	}
+	return b.String()
+}
