@@ -41,10 +41,12 @@ const (
 	AddressEnv = "DMSC_ADDR"
 	// TokenEnv names the environment variable with the token, used when
 	// Config.Token is empty.
-	TokenEnv            = "DMSC_TOKEN"
-	DefaultTimeout      = 60 * time.Second
-	DefaultMaxRetries   = 10
-	DefaultRetryWait    = 50 * time.Millisecond
+	TokenEnv          = "DMSC_TOKEN"
+	DefaultTimeout    = 60 * time.Second
+	DefaultMaxRetries = 10
+	DefaultRetryWait  = 50 * time.Millisecond
+	// DefaultDialTimeout bounds one connection attempt to a node.
+	DefaultDialTimeout  = 2 * time.Second
 	DefaultRetryWaitMax = 2 * time.Second
 	// DefaultWatchWait is how long one blocking query of a watch waits.
 	DefaultWatchWait = 5 * time.Minute
@@ -142,6 +144,9 @@ func New(cfg Config) (*Client, error) {
 	if c.http == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = 32
+		// A dead node's address may swallow connection attempts: give up on
+		// it quickly and try the next node.
+		tr.DialContext = (&net.Dialer{Timeout: DefaultDialTimeout, KeepAlive: 30 * time.Second}).DialContext
 		c.http = &http.Client{Transport: tr}
 	}
 	c.log = cfg.Logger

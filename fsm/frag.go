@@ -2,8 +2,10 @@ package fsm
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"sort"
+	"strings"
 )
 
 // FragmentationAware places a request where it fragments the free capacity
@@ -92,6 +94,7 @@ type fragCache struct {
 	// distinct claims they make.
 	have     bool
 	at       uint64
+	sig      string
 	epoch    uint64
 	measured DeviceType
 	mtype    int // fragTypes[measured], or -1
@@ -375,13 +378,11 @@ func (c *fragCache) syncWorkload(s *State) {
 		return
 	}
 	c.have, c.at = true, at
-	c.epoch++
-	c.shapes, c.claims, c.measured, c.mtype = c.shapes[:0], c.claims[:0], "", -1
 	list := s.shapes.list
-	if s.seq-at >= uint64(len(list)) {
-		return
+	hi := 0
+	if s.seq-at < uint64(len(list)) {
+		hi = len(list) - int(s.seq-at)
 	}
-	hi := len(list) - int(s.seq-at)
 	lo := max(0, hi-fragSample)
 	counts := map[string]int{}
 	first := map[string]int{}
@@ -402,6 +403,17 @@ func (c *fragCache) syncWorkload(s *State) {
 			break
 		}
 	}
+	// A workload like the last one keeps every cached measure.
+	var sig strings.Builder
+	for _, k := range keys[:n] {
+		fmt.Fprintf(&sig, "%d/%d %s\n", counts[k], covered, k)
+	}
+	if c.epoch > 0 && sig.String() == c.sig {
+		return
+	}
+	c.sig = sig.String()
+	c.epoch++
+	c.shapes, c.claims, c.measured, c.mtype = c.shapes[:0], c.claims[:0], "", -1
 	claimIdx := map[string]int{}
 	for _, k := range keys[:n] {
 		sh := &list[first[k]]
