@@ -239,10 +239,10 @@ func BenchmarkEncodeDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkSnapshot writes and restores the state of a 10k-device cluster
-// with its background allocations and history.
+// BenchmarkSnapshot writes and restores the state of a freshly built
+// 10k-device cluster with its background allocations and history.
 func BenchmarkSnapshot(b *testing.B) {
-	c := benchClusterFor(b, 10000, BestFit)
+	c := newBenchCluster(b, 10000, BestFit)
 	snap := c.s.SnapshotBytes()
 	b.Run("write", func(b *testing.B) {
 		b.ReportAllocs()

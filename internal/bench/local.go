@@ -128,6 +128,16 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (lc *LocalCluster, err err
 	return lc, lc.waitReady(ctx)
 }
 
+// leader returns the node that leads, or nil.
+func (lc *LocalCluster) leader() *cluster.Node {
+	for _, n := range lc.nodes {
+		if n.IsLeader() {
+			return n
+		}
+	}
+	return nil
+}
+
 // waitReady polls until every node is ready and they agree on a leader.
 func (lc *LocalCluster) waitReady(ctx context.Context) error {
 	t := time.NewTicker(20 * time.Millisecond)

@@ -26,7 +26,7 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	var out []fsm.Device
 	err = s.read(w, r, func(st *fsm.State) {
 		out = out[:0]
-		for _, d := range st.Devices() {
+		for _, d := range devicesOf(st, host) {
 			if (typ == "" || d.Type == typ) && (pool == "" || d.Pool == pool) &&
 				(host == "" || d.Host == host) && (status == "" || d.Status == status) {
 				out = append(out, d)
@@ -41,6 +41,25 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, r, http.StatusOK, out)
 	return nil
+}
+
+// devicesOf lists the devices of a host, or all devices when host is
+// empty, sorted by ID; a host's list does not copy the others.
+func devicesOf(st *fsm.State, host string) []fsm.Device {
+	if host == "" {
+		return st.Devices()
+	}
+	h, ok := st.Host(host)
+	if !ok {
+		return nil
+	}
+	out := make([]fsm.Device, 0, len(h.Devices))
+	for _, id := range h.Devices {
+		if d, ok := st.Device(id); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // GET /v1/devices/{id}

@@ -1,0 +1,681 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/cli"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/replay"
+	"github.com/dmsc/dmsc/internal/trace"
+)
+
+// replayCommand is `dmsc replay`: replays a cluster trace through the
+// scheduler's state machine in process and reports what each policy
+// achieves.
+type replayCommand struct {
+	apiCommand
+	// progress receives the progress bar; nil is standard error.
+	progress io.Writer
+}
+
+func replayCommands(ui cli.Ui) map[string]cli.CommandFactory {
+	return map[string]cli.CommandFactory{
+		"replay": func() (cli.Command, error) { return &replayCommand{apiCommand: apiCommand{ui: ui}}, nil },
+	}
+}
+
+func (c *replayCommand) Synopsis() string {
+	return "Replay a cluster trace through the scheduler and measure the policies"
+}
+
+func (c *replayCommand) Help() string {
+	return helpText(`
+Usage: dmsc replay [options]
+
+  Replays a public cluster trace through the scheduler's state machine,
+  in this process, once per policy (and seed), in parallel.
+
+  -protocol fgd runs the protocol of the FGD paper (USENIX ATC'23) on the
+  openb trace: the openb GPU hosts, every pod in a shuffled order and
+  then pods drawn at random until the GPU demand reaches 130 % of the
+  cluster's GPUs, nothing ever released, a pod that fits nowhere
+  dropped. It prints the allocated GPU % at 100 % and 130 % arrived per
+  policy and seed, and the mean per policy beside the paper's figure;
+  -json adds the whole curve (allocated % at arrived 0..130 %).
+
+  -protocol timeline submits each task at its arrival time and releases
+  it when its duration is over (time divided by -speedup); a task that
+  does not fit waits in the queue up to -timeout. It reports the mean
+  GPU utilisation and samples of it over time, queue wait p50/p95,
+  timeouts and refusals by why-not reason. -trace openb uses creation_time
+  and deletion_time; -trace philly uses Philly job arrivals and durations
+  on -hosts synthetic 8-GPU hosts.
+
+  A progress bar is drawn on stderr. The traces are read from
+  ../shared/traces (found from the module root) unless -nodes, -pods or
+  -philly name files.
+
+      dmsc replay -protocol fgd -pods ../shared/traces/openb/openb_pod_list_default.csv
+      dmsc replay -protocol fgd -policy BestFit,FragmentationAware -seeds 42-44 -plot fgd.png
+      dmsc replay -protocol timeline -trace philly -hosts 200 -timeout 1h`, `
+-protocol=<fgd|timeline>
+      The replay protocol. Default fgd.
+
+  -trace=<openb|philly>
+      The trace. philly only with -protocol timeline. Default openb.
+
+  -nodes=<file>, -pods=<file>
+      The openb node list and pod list. Defaults: the GPU node list and
+      the default pod list under ../shared/traces/openb.
+
+  -philly=<file>
+      The Philly job list. Default ../shared/traces/philly.csv.
+
+  -hosts=<n>
+      -trace philly: the number of synthetic 8-GPU hosts (default 100).
+      -trace openb: use only the first n hosts of the node list (default
+      0: all).
+
+  -policy=<all|name,...>
+      The policies to replay. Default all.
+
+  -seeds=<list>
+      Seeds of the fgd protocol: "42-51", "42,45" or "42". Default 42-51.
+
+  -limit=<n>
+      Use only the first n tasks of the trace. Default 0: all.
+
+  -speedup=<x>, -timeout=<duration>, -samples=<n>
+      Timeline protocol: time compression, queue timeout (replay time;
+      0 refuses at once) and utilisation samples. Defaults 1, 1h, 20.
+
+  -parallel=<n>
+      Replays run at the same time. Default GOMAXPROCS.
+
+  -plot=<file,...>
+      fgd protocol: draw allocated % against arrived %, one line per
+      policy (mean over seeds) and the paper's FGD and BestFit points,
+      into each file (.png or .svg).
+
+  -replot=<file>
+      Draw -plot from the saved -json output of an fgd run instead of
+      replaying.
+
+  -quick
+      A run of a few seconds for CI: the first 100 hosts and the first
+      1000 pods, seed 42, BestFit and FragmentationAware (flags given
+      explicitly win). It exits 1 when a replay places nothing. Uses
+      the copy of the openb hosts and first 1000 pods built into the
+      binary when the trace files are not found.`)
+}
+
+// replayRun is one replay the command runs: a policy and a seed.
+type replayRun struct {
+	policy fsm.Policy
+	seed   int64
+}
+
+func (c *replayCommand) Run(args []string) int {
+	fs := c.flags("replay")
+	var (
+		protocol, traceName, nodesPath, podsPath, phillyPath string
+		policyFlag, seedsFlag, plotFlag, replotPath          string
+		hosts, limit, parallel, samples                      int
+		speedup                                              float64
+		timeout                                              time.Duration
+		quick                                                bool
+	)
+	fs.StringVar(&protocol, "protocol", "fgd", "")
+	fs.StringVar(&traceName, "trace", "openb", "")
+	fs.StringVar(&nodesPath, "nodes", "", "")
+	fs.StringVar(&podsPath, "pods", "", "")
+	fs.StringVar(&phillyPath, "philly", "", "")
+	fs.IntVar(&hosts, "hosts", 0, "")
+	fs.StringVar(&policyFlag, "policy", "all", "")
+	fs.StringVar(&seedsFlag, "seeds", "42-51", "")
+	fs.IntVar(&limit, "limit", 0, "")
+	fs.Float64Var(&speedup, "speedup", 1, "")
+	fs.DurationVar(&timeout, "timeout", time.Hour, "")
+	fs.IntVar(&samples, "samples", 20, "")
+	fs.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "")
+	fs.StringVar(&plotFlag, "plot", "", "")
+	fs.BoolVar(&quick, "quick", false, "")
+	fs.StringVar(&replotPath, "replot", "", "")
+	if _, ok := c.parse(fs, args); !ok {
+		return exitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["address"] {
+		return c.usageError("replay", "-address: replaying against a live cluster is not supported yet; the replay runs in process")
+	}
+	if quick {
+		if !set["limit"] {
+			limit = 1000
+		}
+		if !set["seeds"] {
+			seedsFlag = "42"
+		}
+		if !set["policy"] {
+			policyFlag = "BestFit,FragmentationAware"
+		}
+		if !set["hosts"] && traceName == "openb" {
+			hosts = 100
+		}
+	}
+	policies, err := parsePolicies(policyFlag)
+	if err != nil {
+		return c.usageError("replay", "-policy: %v", err)
+	}
+	seeds, err := parseSeeds(seedsFlag)
+	if err != nil {
+		return c.usageError("replay", "-seeds: %v", err)
+	}
+	if parallel < 1 {
+		parallel = 1
+	}
+	switch {
+	case protocol != "fgd" && protocol != "timeline":
+		return c.usageError("replay", "-protocol %q: want fgd or timeline", protocol)
+	case traceName != "openb" && traceName != "philly":
+		return c.usageError("replay", "-trace %q: want openb or philly", traceName)
+	case traceName == "philly" && protocol != "timeline":
+		return c.usageError("replay", "-trace philly has no host inventory or task shapes: use -protocol timeline")
+	case hosts < 0:
+		return c.usageError("replay", "-hosts %d: want at least 1", hosts)
+	case timeout < 0 || timeout > fsm.MaxDuration:
+		return c.usageError("replay", "-timeout %v out of 0..%v", timeout, fsm.MaxDuration)
+	case plotFlag != "" && protocol != "fgd":
+		return c.usageError("replay", "-plot draws the fgd protocol's curves only")
+	}
+	if replotPath != "" {
+		if plotFlag == "" {
+			return c.usageError("replay", "-replot needs -plot")
+		}
+		if err := replot(replotPath, plotFlag); err != nil {
+			return c.fail(err)
+		}
+		return 0
+	}
+	progress := c.progress
+	if progress == nil {
+		progress = os.Stderr
+	}
+
+	if traceName == "philly" {
+		if hosts == 0 {
+			hosts = 100
+		}
+		if phillyPath == "" {
+			phillyPath = filepath.Join(tracesDir(), "philly.csv")
+		}
+		jobs, err := trace.ReadPhillyFile(phillyPath)
+		if err != nil {
+			return c.fail(err)
+		}
+		tasks := replay.PhillyTimeline(jobs)
+		if limit > 0 && limit < len(tasks) {
+			tasks = tasks[:limit]
+		}
+		return c.timeline(progress, replay.PhillyHosts(hosts), tasks, policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
+			map[string]any{"trace": "philly", "philly": phillyPath, "hosts": hosts})
+	}
+
+	nodes, tasks, source, err := loadOpenb(nodesPath, podsPath, quick && !set["nodes"] && !set["pods"])
+	if err != nil {
+		return c.fail(err)
+	}
+	if limit > 0 && limit < len(tasks) {
+		tasks = tasks[:limit]
+	}
+	if hosts > 0 && hosts < len(nodes) {
+		nodes = nodes[:hosts]
+	}
+	if protocol == "timeline" {
+		return c.timeline(progress, nodes, replay.OpenbTimeline(tasks), policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
+			map[string]any{"trace": "openb", "source": source})
+	}
+	var runs []replayRun
+	for _, p := range policies {
+		for _, s := range seeds {
+			runs = append(runs, replayRun{policy: p, seed: s})
+		}
+	}
+	results := make([]*replay.Result, len(runs))
+	bar := newProgressBar(progress, "replay fgd", len(runs))
+	err = parallelDo(len(runs), parallel, func(i int) error {
+		r, err := replay.Protocol(nodes, tasks, runs[i].policy, runs[i].seed)
+		if err != nil {
+			return fmt.Errorf("%s seed %d: %w", runs[i].policy, runs[i].seed, err)
+		}
+		results[i] = r
+		bar.add(1)
+		return nil
+	})
+	bar.done()
+	if err != nil {
+		return c.fail(err)
+	}
+	means := meanCurves(policies, results)
+	if !strings.Contains(filepath.Base(source), "openb_pod_list_default") {
+		// The paper's figures are for the default pod list only.
+		for i := range means {
+			means[i].Paper = ""
+		}
+	}
+	status := 0
+	for _, r := range results {
+		if r.Placed == 0 || r.At130 <= 0 {
+			c.ui.Error(fmt.Sprintf("replay: %s seed %d placed no GPU task", r.Policy, r.Seed))
+			status = 1
+		}
+	}
+	if plotFlag != "" {
+		if err := plotMeans(source, len(seeds), means, plotFlag); err != nil {
+			return c.fail(err)
+		}
+	}
+	if c.json {
+		type runJSON struct {
+			Policy    fsm.Policy `json:"policy"`
+			Seed      int64      `json:"seed"`
+			At100     float64    `json:"at100"`
+			At130     float64    `json:"at130"`
+			Tasks     int        `json:"tasks"`
+			Placed    int        `json:"placed"`
+			ElapsedS  float64    `json:"elapsed_s"`
+			Curve     []float64  `json:"curve"`
+			GPUsTotal int        `json:"gpus"`
+		}
+		out := struct {
+			Protocol string      `json:"protocol"`
+			Trace    string      `json:"trace"`
+			Source   string      `json:"source"`
+			Nodes    int         `json:"nodes"`
+			Pods     int         `json:"pods"`
+			Seeds    []int64     `json:"seeds"`
+			Runs     []runJSON   `json:"runs"`
+			Means    []meanCurve `json:"means"`
+		}{Protocol: "fgd", Trace: "openb", Source: source, Nodes: len(nodes), Pods: len(tasks), Seeds: seeds, Means: means}
+		for _, r := range results {
+			out.Runs = append(out.Runs, runJSON{r.Policy, r.Seed, r.At100, r.At130, r.Tasks, r.Placed, r.Elapsed.Seconds(), r.Curve, r.GPUs})
+		}
+		c.printJSON(out)
+		return status
+	}
+	var rows [][]string
+	for _, r := range results {
+		rows = append(rows, []string{string(r.Policy), strconv.FormatInt(r.Seed, 10), fmt.Sprintf("%.2f", r.At100), fmt.Sprintf("%.2f", r.At130),
+			fmt.Sprintf("%d/%d", r.Placed, r.Tasks), fmt.Sprintf("%.1fs", r.Elapsed.Seconds())})
+	}
+	c.output(fmt.Sprintf("fgd protocol: %d hosts, %d pods from %s\n", len(nodes), len(tasks), source))
+	c.output(table([]string{"POLICY", "SEED", "ALLOC@100%", "ALLOC@130%", "PLACED", "TIME"}, rows))
+	rows = rows[:0]
+	for _, m := range means {
+		rows = append(rows, []string{string(m.Policy), fmt.Sprintf("%.2f", m.At100), fmt.Sprintf("%.2f", m.At130), fmt.Sprintf("%.2f", m.Min130), fmt.Sprintf("%.2f", m.Max130), orDash(m.Paper)})
+	}
+	c.output("\nmean over seeds " + seedsFlag + ":")
+	c.output(table([]string{"POLICY", "ALLOC@100%", "ALLOC@130%", "MIN@130%", "MAX@130%", "PAPER@130%"}, rows))
+	return status
+}
+
+// timeline runs the timeline protocol for each policy and prints the
+// result.
+func (c *replayCommand) timeline(progress io.Writer, nodes []trace.Node, tasks []replay.TimelineTask, policies []fsm.Policy,
+	opts replay.TimelineOptions, parallel int, about map[string]any) int {
+	results := make([]*replay.TimelineResult, len(policies))
+	bar := newProgressBar(progress, "replay timeline (tasks)", len(tasks)*len(policies))
+	err := parallelDo(len(policies), parallel, func(i int) error {
+		o := opts
+		o.Policy = policies[i]
+		last := 0
+		o.Progress = func(done, total int) { bar.add(done - last); last = done }
+		r, err := replay.Timeline(nodes, tasks, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", policies[i], err)
+		}
+		results[i] = r
+		return nil
+	})
+	bar.done()
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		about["protocol"] = "timeline"
+		about["nodes"] = len(nodes)
+		about["tasks"] = len(tasks)
+		about["speedup"] = opts.Speedup
+		about["timeout_s"] = opts.Timeout.Seconds()
+		about["results"] = results
+		c.printJSON(about)
+		return 0
+	}
+	gpus := 0
+	for _, n := range nodes {
+		gpus += n.GPUs
+	}
+	c.output(fmt.Sprintf("timeline protocol: %d hosts (%d GPUs), %d tasks, speedup %g, timeout %v\n", len(nodes), gpus, len(tasks), opts.Speedup, opts.Timeout))
+	var rows [][]string
+	for _, r := range results {
+		rows = append(rows, []string{string(r.Policy), strconv.Itoa(r.Tasks), strconv.Itoa(r.Placed), strconv.Itoa(r.Waited),
+			strconv.Itoa(r.TimedOut), strconv.Itoa(r.Refused), formatWait(r.WaitP50), formatWait(r.WaitP95), fmt.Sprintf("%.2f", r.MeanGPU),
+			fmt.Sprintf("%.1fs", r.Elapsed.Seconds())})
+	}
+	c.output(table([]string{"POLICY", "TASKS", "PLACED", "WAITED", "TIMED OUT", "REFUSED", "WAIT P50", "WAIT P95", "MEAN GPU%", "TIME"}, rows))
+	for _, r := range results {
+		var util []string
+		for _, s := range r.Utilisation {
+			util = append(util, fmt.Sprintf("%.0f", s.GPU))
+		}
+		c.output(fmt.Sprintf("\n%s: GPU %% over %v of replay time, %d samples: %s", r.Policy, r.Span.Round(time.Second), len(r.Utilisation), strings.Join(util, " ")))
+		reasons := make([]string, 0, len(r.Reasons))
+		for k := range r.Reasons {
+			reasons = append(reasons, k)
+		}
+		sort.Slice(reasons, func(i, j int) bool {
+			if r.Reasons[reasons[i]] != r.Reasons[reasons[j]] {
+				return r.Reasons[reasons[i]] > r.Reasons[reasons[j]]
+			}
+			return reasons[i] < reasons[j]
+		})
+		for _, k := range reasons {
+			c.output(fmt.Sprintf("  not placed: %6d  %s", r.Reasons[k], k))
+		}
+	}
+	return 0
+}
+
+func formatWait(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// plotMeans draws the mean curves into each file of the comma-separated
+// list paths.
+func plotMeans(source string, seeds int, means []meanCurve, paths string) error {
+	var lines []replay.CurveLine
+	for _, m := range means {
+		lines = append(lines, replay.CurveLine{Name: fmt.Sprintf("%s (%.2f)", m.Policy, m.At130), Y: m.Curve})
+	}
+	title := fmt.Sprintf("fgd protocol, %s, mean of %d seed(s)", filepath.Base(source), seeds)
+	for _, path := range strings.Split(paths, ",") {
+		if err := replay.PlotCurves(title, lines, replay.PaperPoints, strings.TrimSpace(path)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replot draws the curves of a saved -json output of the fgd protocol.
+func replot(jsonPath, paths string) error {
+	data, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return err
+	}
+	var saved struct {
+		Source string      `json:"source"`
+		Seeds  []int64     `json:"seeds"`
+		Means  []meanCurve `json:"means"`
+	}
+	if err := json.Unmarshal(data, &saved); err != nil {
+		return fmt.Errorf("%s: %w", jsonPath, err)
+	}
+	if len(saved.Means) == 0 {
+		return fmt.Errorf("%s: no curves (not the -json output of -protocol fgd?)", jsonPath)
+	}
+	return plotMeans(saved.Source, len(saved.Seeds), saved.Means, paths)
+}
+
+// meanCurve is a policy's curve averaged over seeds.
+type meanCurve struct {
+	Policy fsm.Policy `json:"policy"`
+	Runs   int        `json:"runs"`
+	At100  float64    `json:"at100"`
+	At130  float64    `json:"at130"`
+	Min130 float64    `json:"min130"`
+	Max130 float64    `json:"max130"`
+	// Paper is the paper's figure for the matching policy, "" if none.
+	Paper string    `json:"paper_at130,omitempty"`
+	Curve []float64 `json:"curve"`
+}
+
+// paperFigures are the FGD paper's allocated % at 130 % arrived for the
+// dmsc policies that correspond to the paper's.
+var paperFigures = map[fsm.Policy]string{fsm.BestFit: "93.11", fsm.FragmentationAware: "95.40 (FGD)"}
+
+func meanCurves(policies []fsm.Policy, results []*replay.Result) []meanCurve {
+	var out []meanCurve
+	for _, p := range policies {
+		m := meanCurve{Policy: p, Paper: paperFigures[p], Min130: 101}
+		for _, r := range results {
+			if r.Policy != p {
+				continue
+			}
+			if m.Curve == nil {
+				m.Curve = make([]float64, len(r.Curve))
+			}
+			for i, v := range r.Curve {
+				m.Curve[i] += v
+			}
+			m.Runs++
+			m.Min130 = min(m.Min130, r.At130)
+			m.Max130 = max(m.Max130, r.At130)
+		}
+		if m.Runs == 0 {
+			continue
+		}
+		for i := range m.Curve {
+			m.Curve[i] /= float64(m.Runs)
+		}
+		m.At100, m.At130 = m.Curve[100], m.Curve[replay.CurveMax]
+		out = append(out, m)
+	}
+	return out
+}
+
+// loadOpenb reads the openb node and pod lists. Empty paths mean the
+// defaults under the traces directory; with sample set, the copy built
+// into the binary stands in when the default files are missing.
+func loadOpenb(nodesPath, podsPath string, sample bool) ([]trace.Node, []trace.Task, string, error) {
+	if nodesPath == "" {
+		nodesPath = filepath.Join(tracesDir(), "openb", "openb_node_list_gpu_node.csv")
+	}
+	if podsPath == "" {
+		podsPath = filepath.Join(tracesDir(), "openb", "openb_pod_list_default.csv")
+	}
+	if sample {
+		_, errN := os.Stat(nodesPath)
+		_, errP := os.Stat(podsPath)
+		if errN != nil || errP != nil {
+			fmt.Fprintf(os.Stderr, "replay: %s not found: using the built-in openb sample (all GPU hosts, first 1000 pods)\n", podsPath)
+			nodes, tasks, err := replay.SampleOpenb()
+			return nodes, tasks, "built-in openb_pod_list_default.csv (first 1000 pods)", err
+		}
+	}
+	nodes, err := trace.ReadNodesFile(nodesPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	tasks, err := trace.ReadTasksFile(podsPath)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return nodes, tasks, podsPath, nil
+}
+
+// tracesDir is ../shared/traces next to the module root found upward from
+// the working directory, or ../shared/traces when there is none.
+func tracesDir() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return filepath.Join("..", "shared", "traces")
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(filepath.Dir(d), "shared", "traces")
+		}
+		if filepath.Dir(d) == d {
+			return filepath.Join("..", "shared", "traces")
+		}
+	}
+}
+
+// parsePolicies reads "all" or a comma-separated list of policy names.
+func parsePolicies(s string) ([]fsm.Policy, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "all") {
+		return append([]fsm.Policy(nil), fsm.Policies...), nil
+	}
+	var out []fsm.Policy
+	for _, name := range strings.Split(s, ",") {
+		p := policyName(strings.TrimSpace(name))
+		if !p.Valid() {
+			return nil, fmt.Errorf("unknown policy %q", name)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parseSeeds reads "42-51", "42,45" or a mix.
+func parseSeeds(s string) ([]int64, error) {
+	var out []int64
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseInt(lo, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a seed or a range of seeds", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseInt(hi, 10, 64); err != nil || b < a || b-a > 10000 {
+				return nil, fmt.Errorf("%q is not a range of seeds", part)
+			}
+		}
+		for v := a; v <= b; v++ {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no seeds")
+	}
+	return out, nil
+}
+
+// parallelDo runs fn(0..n-1) on at most workers goroutines and returns
+// the first error.
+func parallelDo(n, workers int, fn func(i int) error) error {
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for w := 0; w < min(workers, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// progressBar draws "label [=====     ] 12/70 17% 42s" on one line,
+// redrawn in place every second and on progress (at most twice a second).
+type progressBar struct {
+	w     io.Writer
+	label string
+	total int
+	start time.Time
+	mu    sync.Mutex
+	n     int
+	drawn time.Time
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newProgressBar(w io.Writer, label string, total int) *progressBar {
+	b := &progressBar{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{})}
+	b.draw(true)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-t.C:
+				b.add(0)
+			}
+		}
+	}()
+	return b
+}
+
+func (b *progressBar) add(k int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n += k
+	b.draw(false)
+}
+
+// draw redraws the line; the caller holds mu (or owns b).
+func (b *progressBar) draw(force bool) {
+	now := time.Now()
+	if !force && now.Sub(b.drawn) < 500*time.Millisecond {
+		return
+	}
+	b.drawn = now
+	const width = 30
+	frac := 0.0
+	if b.total > 0 {
+		frac = float64(b.n) / float64(b.total)
+	}
+	fill := int(frac * width)
+	el := now.Sub(b.start).Round(time.Second)
+	fmt.Fprintf(b.w, "\r%s [%s%s] %d/%d %3.0f%% %v ", b.label, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), b.n, b.total, 100*frac, el)
+}
+
+// done draws the final state and ends the line.
+func (b *progressBar) done() {
+	close(b.stop)
+	b.wg.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.draw(true)
+	fmt.Fprintln(b.w)
+}

@@ -1,0 +1,399 @@
+package replay
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/trace"
+)
+
+// TimelineTask is one task of a timeline replay: what it asks for, when it
+// arrives and how long it holds its devices once placed.
+type TimelineTask struct {
+	Task trace.Task
+	// Arrive is the arrival, in trace time from the start of the trace.
+	Arrive time.Duration
+	// Hold is how long the task keeps its devices, in trace time; 0 keeps
+	// them to the end of the replay.
+	Hold time.Duration
+}
+
+// OpenbTimeline turns openb pods into timeline tasks: each arrives at its
+// creation_time and leaves at its deletion_time (a task without a later
+// deletion_time never leaves).
+func OpenbTimeline(tasks []trace.Task) []TimelineTask {
+	out := make([]TimelineTask, 0, len(tasks))
+	for _, t := range tasks {
+		tt := TimelineTask{Task: t, Arrive: time.Duration(t.Creation) * time.Second}
+		if t.Deletion > t.Creation {
+			tt.Hold = time.Duration(t.Deletion-t.Creation) * time.Second
+		}
+		out = append(out, tt)
+	}
+	return out
+}
+
+// TimelineOptions configure a timeline replay.
+type TimelineOptions struct {
+	Policy fsm.Policy
+	// Speedup divides trace time: a task that arrives at trace second s
+	// arrives at replay second s/Speedup, and holds its devices Hold/Speedup.
+	// Values below 1 are read as 1.
+	Speedup float64
+	// Timeout is how long, in replay time, a task that does not fit waits
+	// in the queue before it times out; 0 refuses it at once.
+	Timeout time.Duration
+	// Samples is how many evenly spaced utilisation samples to report
+	// (default 100).
+	Samples int
+	// Progress, when set, is called now and then with the tasks arrived
+	// so far and the total.
+	Progress func(done, total int)
+}
+
+// UtilSample is the cluster's state at one moment of a timeline replay.
+type UtilSample struct {
+	// At is replay time from the first arrival.
+	At time.Duration `json:"at_ns"`
+	// GPU is the allocated GPU capacity in percent of the cluster's.
+	GPU float64 `json:"gpu_pct"`
+	// Queue is how many tasks were waiting.
+	Queue int `json:"queue"`
+}
+
+// TimelineResult is what a timeline replay measured.
+type TimelineResult struct {
+	Policy fsm.Policy `json:"policy"`
+	GPUs   int        `json:"gpus"`
+	// Tasks arrived; Placed got devices (at once or after waiting);
+	// Waited is how many of those waited in the queue; TimedOut waited
+	// past the timeout; Refused were refused at once (Timeout 0); Empty
+	// asked for nothing and are counted placed.
+	Tasks    int `json:"tasks"`
+	Placed   int `json:"placed"`
+	Waited   int `json:"waited"`
+	TimedOut int `json:"timed_out"`
+	Refused  int `json:"refused"`
+	Empty    int `json:"empty"`
+	// Unplaced are still waiting when the replay ends (none when every
+	// wait is bounded by a timeout).
+	Unplaced int `json:"unplaced"`
+	// Wait percentiles are over placed tasks, in replay time.
+	WaitP50 time.Duration `json:"wait_p50_ns"`
+	WaitP95 time.Duration `json:"wait_p95_ns"`
+	WaitMax time.Duration `json:"wait_max_ns"`
+	// Reasons counts refused and timed-out tasks by why-not reason: the
+	// device type of the first claim that could not be met and the
+	// filter that removed most devices for it.
+	Reasons map[string]int `json:"reasons"`
+	// MeanGPU is the time-weighted mean allocated GPU percentage from the
+	// first to the last arrival.
+	MeanGPU float64 `json:"mean_gpu_pct"`
+	// Span is the replay time from the first arrival to the last event.
+	Span        time.Duration `json:"span_ns"`
+	Utilisation []UtilSample  `json:"utilisation"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+}
+
+// release is a scheduled end of an allocation.
+type release struct {
+	at     int64
+	seq    uint64
+	id     string
+	demand int64
+}
+
+type releaseHeap []release
+
+func (h releaseHeap) Len() int { return len(h) }
+func (h releaseHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h releaseHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *releaseHeap) Push(x any)   { *h = append(*h, x.(release)) }
+func (h *releaseHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// waiting is a task in the fsm queue.
+type waiting struct {
+	arrive int64
+	hold   int64 // replay nanoseconds; 0 never leaves
+	demand int64
+}
+
+// applyAt stamps a command with time t (never earlier than the last one)
+// and applies it.
+func (r *Replayer) applyAt(c fsm.Command, t int64) fsm.Result {
+	if t < r.now {
+		t = r.now
+	}
+	r.now = t
+	r.idx++
+	stampTime(c, t)
+	return r.State.Apply(r.idx, c)
+}
+
+// ReasonOf names why a request could not be placed, from its why-not: the
+// device type of the first claim no host can meet, and the filter other
+// than the type filter that removed most devices for it ("GPU: in use"), or "claims fit apart, not
+// together" when each claim fits some host but no host fits all.
+func ReasonOf(w *fsm.WhyNot) string {
+	if w == nil {
+		return "unknown"
+	}
+	for _, c := range w.Claims {
+		if c.HostsWithEnough > 0 {
+			continue
+		}
+		if c.Fitting > 0 {
+			return fmt.Sprintf("%s: no host has %d fitting devices", c.Type, c.Count)
+		}
+		// Devices of other types are always removed; name what stopped
+		// the devices of the claimed type.
+		best := fsm.Reason{}
+		for _, r := range c.Removed {
+			if r.Count > best.Count && !strings.HasPrefix(r.Reason, "type") {
+				best = r
+			}
+		}
+		name := best.Reason
+		if i := strings.IndexAny(name, "(:"); i > 0 {
+			name = strings.TrimSpace(name[:i])
+		}
+		if name == "" {
+			name = "no device"
+		}
+		return fmt.Sprintf("%s: %s", c.Type, name)
+	}
+	return "claims fit apart, not together"
+}
+
+// Timeline replays tasks in arrival order against the hosts: each task is
+// submitted when it arrives, waits in the scheduler's queue up to
+// opts.Timeout when nothing fits, and is released Hold after it was
+// placed. It reports utilisation over time, queue waits, timeouts and
+// refusals by reason.
+func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*TimelineResult, error) {
+	gpus := 0
+	for _, n := range nodes {
+		gpus += n.GPUs
+	}
+	if gpus == 0 {
+		return nil, errors.New("replay: the cluster has no GPUs")
+	}
+	speedup := opts.Speedup
+	if speedup < 1 {
+		speedup = 1
+	}
+	samples := opts.Samples
+	if samples <= 0 {
+		samples = 100
+	}
+	capacity := float64(gpus) * MilliPerGPU
+	order := make([]TimelineTask, len(tasks))
+	copy(order, tasks)
+	sort.SliceStable(order, func(i, j int) bool { return order[i].Arrive < order[j].Arrive })
+
+	begin := time.Now()
+	r := NewReplayer()
+	if err := r.Cluster(nodes, opts.Policy); err != nil {
+		return nil, err
+	}
+	res := &TimelineResult{Policy: opts.Policy, GPUs: gpus, Reasons: map[string]int{}}
+	var first time.Duration
+	if len(order) > 0 {
+		first = order[0].Arrive
+	}
+	start := r.now + int64(time.Millisecond)
+	replayTime := func(d time.Duration) int64 { return start + int64(float64(d-first)/speedup) }
+
+	var (
+		releases  releaseHeap
+		seq       uint64
+		pending   = map[string]waiting{}
+		allocated int64
+		waits     []time.Duration
+		// steps is the allocated milli and queue length after each change.
+		steps []struct {
+			at        int64
+			allocated int64
+			queue     int
+		}
+	)
+	record := func(t int64) {
+		steps = append(steps, struct {
+			at        int64
+			allocated int64
+			queue     int
+		}{t, allocated, len(pending)})
+	}
+	placed := func(id string, at int64, w waiting) {
+		res.Placed++
+		allocated += w.demand
+		waits = append(waits, time.Duration(at-w.arrive))
+		if w.hold > 0 {
+			seq++
+			heap.Push(&releases, release{at: at + w.hold, seq: seq, id: id, demand: w.demand})
+		}
+	}
+	// settle looks at the waiting tasks after capacity was freed or
+	// deadlines passed.
+	settle := func() {
+		if len(pending) == 0 {
+			return
+		}
+		ids := make([]string, 0, len(pending))
+		for id := range pending {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			a, ok := r.State.Allocation(id)
+			if !ok {
+				continue
+			}
+			w := pending[id]
+			switch a.Status {
+			case fsm.Active:
+				delete(pending, id)
+				res.Waited++
+				placed(id, a.AllocatedAt, w)
+			case fsm.Pending:
+			default:
+				delete(pending, id)
+				res.TimedOut++
+				res.Reasons[ReasonOf(a.WhyNot)]++
+			}
+		}
+	}
+	// advance applies every release and deadline due by t.
+	advance := func(t int64) error {
+		for {
+			next := int64(-1)
+			isRelease := false
+			if len(releases) > 0 {
+				next, isRelease = releases[0].at, true
+			}
+			if d, ok := r.State.NextDeadline(); ok && len(pending) > 0 && (next < 0 || d.UnixNano() < next) {
+				next, isRelease = d.UnixNano(), false
+			}
+			if next < 0 || next > t {
+				return nil
+			}
+			if isRelease {
+				rel := heap.Pop(&releases).(release)
+				if res := r.applyAt(&fsm.Release{AllocationID: rel.id}, rel.at); res.Err != nil {
+					return fmt.Errorf("release %s: %w", rel.id, res.Err)
+				}
+				allocated -= rel.demand
+			} else {
+				r.applyAt(&fsm.Tick{}, next)
+			}
+			settle()
+			record(r.now)
+		}
+	}
+
+	for i, tt := range order {
+		if opts.Progress != nil && i%1000 == 0 {
+			opts.Progress(i, len(order))
+		}
+		at := replayTime(tt.Arrive)
+		if err := advance(at); err != nil {
+			return nil, err
+		}
+		res.Tasks++
+		req := TaskRequest(tt.Task)
+		if len(req.Claims) == 0 {
+			res.Empty++
+			res.Placed++
+			continue
+		}
+		req.Timeout = opts.Timeout
+		w := waiting{arrive: at, hold: int64(float64(tt.Hold) / speedup), demand: tt.Task.GPUDemand()}
+		if tt.Hold > 0 && w.hold == 0 {
+			w.hold = 1
+		}
+		out := r.applyAt(&fsm.Allocate{Request: req}, at)
+		switch {
+		case out.Err == nil && out.Allocation != nil && out.Allocation.Status == fsm.Active:
+			placed(out.Allocation.ID, r.now, w)
+		case out.Err == nil && out.Allocation != nil && out.Allocation.Status == fsm.Pending:
+			pending[out.Allocation.ID] = w
+		case errors.Is(out.Err, fsm.ErrNoCapacity):
+			res.Refused++
+			var why *fsm.WhyNot
+			if out.Allocation != nil {
+				why = out.Allocation.WhyNot
+			}
+			res.Reasons[ReasonOf(why)]++
+		default:
+			return nil, fmt.Errorf("task %s: %v", tt.Task.Name, out.Err)
+		}
+		record(r.now)
+	}
+	lastArrival := r.now
+	// Drain: every release and deadline still due.
+	if err := advance(1<<62 - 1); err != nil {
+		return nil, err
+	}
+	res.Unplaced = len(pending)
+	if opts.Progress != nil {
+		opts.Progress(len(order), len(order))
+	}
+
+	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
+	if n := len(waits); n > 0 {
+		res.WaitP50 = waits[(n-1)*50/100]
+		res.WaitP95 = waits[(n-1)*95/100]
+		res.WaitMax = waits[n-1]
+	}
+	end := r.now
+	res.Span = time.Duration(end - start)
+	pct := func(m int64) float64 { return 100 * float64(m) / capacity }
+	// Time-weighted mean from the first to the last arrival.
+	var area float64
+	for i, s := range steps {
+		if s.at >= lastArrival {
+			break
+		}
+		next := lastArrival
+		if i+1 < len(steps) && steps[i+1].at < next {
+			next = steps[i+1].at
+		}
+		if s.at < start {
+			continue
+		}
+		area += pct(s.allocated) * float64(next-s.at)
+	}
+	if lastArrival > start {
+		res.MeanGPU = area / float64(lastArrival-start)
+	}
+	// Evenly spaced samples of the step function.
+	j := -1
+	for k := 0; k <= samples; k++ {
+		t := start + int64(float64(end-start)*float64(k)/float64(samples))
+		for j+1 < len(steps) && steps[j+1].at <= t {
+			j++
+		}
+		s := UtilSample{At: time.Duration(t - start)}
+		if j >= 0 {
+			s.GPU, s.Queue = pct(steps[j].allocated), steps[j].queue
+		}
+		res.Utilisation = append(res.Utilisation, s)
+	}
+	res.Elapsed = time.Since(begin)
+	return res, nil
+}

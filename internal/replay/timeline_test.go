@@ -1,0 +1,125 @@
+package replay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/trace"
+)
+
+func gpuTask(name string, gpus int, arrive, hold time.Duration) TimelineTask {
+	return TimelineTask{Task: trace.Task{Name: name, NumGPU: gpus, GPUMilli: MilliPerGPU}, Arrive: arrive, Hold: hold}
+}
+
+func TestTimelineQueuesReleasesAndTimesOut(t *testing.T) {
+	nodes := []trace.Node{{Name: "h1", CPUMilli: 1000, MemoryMiB: 1024, GPUs: 2, Model: "T4"}}
+	tasks := []TimelineTask{
+		gpuTask("c", 1, 2*time.Second, time.Second),  // waits for a, placed at 10s
+		gpuTask("a", 2, 0, 10*time.Second),           // placed at once
+		gpuTask("b", 1, time.Second, 5*time.Second),  // waits for a, placed at 10s
+		gpuTask("d", 3, 20*time.Second, time.Second), // never fits: times out
+	}
+	res, err := Timeline(nodes, tasks, TimelineOptions{Policy: fsm.BestFit, Timeout: 20 * time.Second, Samples: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Tasks != 4 || res.Placed != 3 || res.Waited != 2 || res.TimedOut != 1 || res.Refused != 0 || res.Unplaced != 0 {
+		t.Fatalf("tasks %d placed %d waited %d timed out %d refused %d unplaced %d; want 4 3 2 1 0 0",
+			res.Tasks, res.Placed, res.Waited, res.TimedOut, res.Refused, res.Unplaced)
+	}
+	if res.WaitP50 != 8*time.Second || res.WaitMax != 9*time.Second {
+		t.Fatalf("wait p50 %v max %v, want 8s 9s", res.WaitP50, res.WaitMax)
+	}
+	if got := res.Reasons["GPU: no host has 3 fitting devices"]; got != 1 {
+		t.Fatalf("reasons %v, want one for 3 GPUs", res.Reasons)
+	}
+	// 0..10s: 2 of 2 GPUs; 10..11s: 2; 11..15s: 1 (b); 15..20s: 0.
+	want := 100 * (2*11 + 1*4 + 0*5) / 2.0 / 20
+	if res.MeanGPU < want-0.01 || res.MeanGPU > want+0.01 {
+		t.Fatalf("mean GPU %.3f%%, want %.3f%%", res.MeanGPU, want)
+	}
+	if len(res.Utilisation) != 5 || res.Utilisation[0].GPU != 100 {
+		t.Fatalf("utilisation %+v, want 5 samples starting at 100%%", res.Utilisation)
+	}
+}
+
+func TestTimelineRefusesAtOnceWithoutTimeout(t *testing.T) {
+	nodes := []trace.Node{{Name: "h1", CPUMilli: 1000, MemoryMiB: 1024, GPUs: 1, Model: "T4"}}
+	tasks := []TimelineTask{gpuTask("a", 1, 0, 0), gpuTask("b", 1, time.Second, 0)}
+	res, err := Timeline(nodes, tasks, TimelineOptions{Policy: fsm.FirstFit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Placed != 1 || res.Refused != 1 || res.Reasons["GPU: in use"] != 1 {
+		t.Fatalf("placed %d refused %d reasons %v; want 1, 1, GPU: in use", res.Placed, res.Refused, res.Reasons)
+	}
+}
+
+func TestTimelineSpeedupScalesWaits(t *testing.T) {
+	nodes := []trace.Node{{Name: "h1", CPUMilli: 1000, MemoryMiB: 1024, GPUs: 1, Model: "T4"}}
+	tasks := []TimelineTask{gpuTask("a", 1, 0, 100*time.Second), gpuTask("b", 1, 0, time.Second)}
+	res, err := Timeline(nodes, tasks, TimelineOptions{Policy: fsm.FirstFit, Speedup: 10, Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WaitMax != 10*time.Second {
+		t.Fatalf("wait max %v, want 10s (100s of trace time at speedup 10)", res.WaitMax)
+	}
+}
+
+func TestPhillyTimeline(t *testing.T) {
+	t0 := time.Date(2017, 10, 9, 7, 0, 0, 0, time.UTC)
+	jobs := []trace.PhillyJob{
+		{Submitted: t0.Add(time.Minute), Duration: time.Hour, NumGPUs: 8},
+		{Submitted: t0, Duration: time.Second, NumGPUs: 0},
+		{Submitted: t0.Add(30 * time.Second), Duration: time.Minute, NumGPUs: 1},
+	}
+	got := PhillyTimeline(jobs)
+	if len(got) != 2 {
+		t.Fatalf("%d tasks, want 2 (no GPU-less job)", len(got))
+	}
+	if got[0].Arrive != 0 || got[0].Task.NumGPU != 1 || got[1].Arrive != 30*time.Second || got[1].Hold != time.Hour || got[1].Task.GPUDemand() != 8000 {
+		t.Fatalf("tasks %+v", got)
+	}
+	if hosts := PhillyHosts(3); len(hosts) != 3 || hosts[2].Name != "philly-h0002" || hosts[2].GPUs != 8 {
+		t.Fatalf("hosts %+v", hosts)
+	}
+}
+
+func TestSampleOpenb(t *testing.T) {
+	nodes, tasks, err := SampleOpenb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 1213 || len(tasks) != 1000 {
+		t.Fatalf("%d nodes, %d tasks; want 1213, 1000", len(nodes), len(tasks))
+	}
+}
+
+func TestReasonOfTogether(t *testing.T) {
+	w := &fsm.WhyNot{Claims: []fsm.ClaimWhyNot{{Type: fsm.GPU, Count: 1, Fitting: 3, HostsWithEnough: 2}}, HostsRejected: 2}
+	if got := ReasonOf(w); got != "claims fit apart, not together" {
+		t.Fatalf("ReasonOf = %q", got)
+	}
+	if got := ReasonOf(nil); got != "unknown" {
+		t.Fatalf("ReasonOf(nil) = %q", got)
+	}
+}
+
+func TestPlotCurvesWritesFiles(t *testing.T) {
+	dir := t.TempDir()
+	y := make([]float64, CurveMax+1)
+	for x := range y {
+		y[x] = min(float64(x), 94)
+	}
+	lines := []CurveLine{{Name: "BestFit", Y: y}}
+	for _, name := range []string{"c.png", "c.svg"} {
+		if err := PlotCurves("test", lines, PaperPoints, dir+"/"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := PlotCurves("test", lines, nil, dir+"/c.gif"); err == nil {
+		t.Fatal("a .gif plot was accepted")
+	}
+}
