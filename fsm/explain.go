@@ -49,10 +49,16 @@ func filterRank(r string) int {
 	return 99
 }
 
-// deviceReason says why device d cannot serve claim i now, or "".
-func (s *State) deviceReason(d *Device, r *Request, i int) string {
+// deviceReason says why device d cannot serve claim i now, or "". static
+// memoizes the static filters' verdict per class for this claim.
+func (s *State) deviceReason(d *Device, r *Request, i int, static map[*class]string) string {
 	cl := &r.Claims[i]
-	if why := staticFit(d.cls, cl, r.claimPool(i), &r.Labels); why != "" {
+	why, ok := static[d.cls]
+	if !ok {
+		why = staticFit(d.cls, cl, r.claimPool(i), &r.Labels)
+		static[d.cls] = why
+	}
+	if why != "" {
 		return why
 	}
 	if h := s.hosts[d.Host]; h == nil || !h.Up {
@@ -77,8 +83,9 @@ func (s *State) explain(r *Request) *WhyNot {
 		counts := map[string]int{}
 		perHost[i] = map[string]int{}
 		fitting := 0
+		static := map[*class]string{}
 		for _, d := range s.devices { // counting only: order does not matter
-			if why := s.deviceReason(d, r, i); why != "" {
+			if why := s.deviceReason(d, r, i, static); why != "" {
 				counts[why]++
 				continue
 			}

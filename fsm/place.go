@@ -789,13 +789,14 @@ func (s *State) rankDevices(ds []*Device, cl *Claim, pol Policy, ov *overlay) {
 	}
 }
 
-// hostLeftover is the free capacity a host would keep, in the types the
-// request uses, on one scale: the host-level BestFit measure.
+// hostLeftover is the free capacity a host would keep, over all its
+// available devices (a CPU-only request still weighs the host's free GPUs),
+// each type on its common scale: the host-level BestFit measure.
 func (s *State) hostLeftover(h *Host, r *Request, ov *overlay) float64 {
 	total := 0.0
 	for _, id := range h.Devices {
 		d := s.devices[id]
-		if d.Status != Available || !requestUses(r, d.Type) {
+		if d.Status != Available {
 			continue
 		}
 		total += s.freeScore(d, ov)

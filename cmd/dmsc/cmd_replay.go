@@ -271,8 +271,8 @@ func (c *replayCommand) Run(args []string) int {
 		return c.fail(err)
 	}
 	means := meanCurves(policies, results)
-	if !strings.Contains(filepath.Base(source), "openb_pod_list_default") {
-		// The paper's figures are for the default pod list only.
+	if !strings.Contains(filepath.Base(source), "openb_pod_list_default") || limit > 0 || hosts > 0 {
+		// The paper's figures are for the whole default pod list only.
 		for i := range means {
 			means[i].Paper = ""
 		}
