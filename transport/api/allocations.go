@@ -113,58 +113,22 @@ func answerAllocation(w http.ResponseWriter, r *http.Request, a *fsm.Allocation)
 
 // GET /v1/allocations
 func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	f, err := parseAllocFilter(q)
+	history, err := boolParam(r.URL.Query(), "history")
 	if err != nil {
 		return err
 	}
-	p, err := parsePage(q)
-	if err != nil {
-		return err
-	}
-	history, err := boolParam(q, "history")
-	if err != nil {
-		return err
-	}
-	var (
-		page []*fsm.Allocation
-		next string
-	)
-	err = s.read(w, r, func(st *fsm.State) {
-		var list []*fsm.Allocation
-		for _, a := range st.Live() {
-			if f.match(st, a) {
-				list = append(list, a)
-			}
-		}
-		if history {
-			st.EachHistory(func(a *fsm.Allocation) bool {
-				if f.match(st, a) {
-					list = append(list, a)
-				}
-				return true
-			})
-		}
-		page, next = paginate(list, p)
-		clonePage(page)
-	})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, r, http.StatusOK, allocationList(page, next))
-	return nil
-}
-
-// clonePage replaces the state's own values in a page by copies, before
-// the read lock is let go.
-func clonePage(page []*fsm.Allocation) {
-	for i, a := range page {
-		page[i] = a.Clone()
-	}
+	return s.allocationPage(w, r, true, history)
 }
 
 // GET /v1/history
 func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
+	return s.allocationPage(w, r, false, true)
+}
+
+// allocationPage answers one page of the live and/or ended allocations
+// that match the query's filter. It filters the state's own values under
+// the read lock and copies only the page.
+func (s *Server) allocationPage(w http.ResponseWriter, r *http.Request, live, history bool) error {
 	q := r.URL.Query()
 	f, err := parseAllocFilter(q)
 	if err != nil {
@@ -180,14 +144,24 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 	)
 	err = s.read(w, r, func(st *fsm.State) {
 		var list []*fsm.Allocation
-		st.EachHistory(func(a *fsm.Allocation) bool {
+		keep := func(a *fsm.Allocation) bool {
 			if f.match(st, a) {
 				list = append(list, a)
 			}
 			return true
-		})
+		}
+		if live {
+			for _, a := range st.Live() {
+				keep(a)
+			}
+		}
+		if history {
+			st.EachHistory(keep)
+		}
 		page, next = paginate(list, p)
-		clonePage(page)
+		for i, a := range page {
+			page[i] = a.Clone()
+		}
 	})
 	if err != nil {
 		return err
