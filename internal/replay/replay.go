@@ -146,36 +146,7 @@ func (r *Replayer) Apply(c fsm.Command) fsm.Result {
 }
 
 // stampTime sets the leader time of a command.
-func stampTime(c fsm.Command, t int64) {
-	var m *fsm.Meta
-	switch c := c.(type) {
-	case *fsm.RegisterHost:
-		m = &c.Meta
-	case *fsm.RemoveHost:
-		m = &c.Meta
-	case *fsm.SetHostStatus:
-		m = &c.Meta
-	case *fsm.SetDeviceStatus:
-		m = &c.Meta
-	case *fsm.Allocate:
-		m = &c.Meta
-	case *fsm.Release:
-		m = &c.Meta
-	case *fsm.Renew:
-		m = &c.Meta
-	case *fsm.Cancel:
-		m = &c.Meta
-	case *fsm.SetPolicy:
-		m = &c.Meta
-	case *fsm.SetRetention:
-		m = &c.Meta
-	case *fsm.Tick:
-		m = &c.Meta
-	default:
-		return
-	}
-	m.Time = t
-}
+func stampTime(c fsm.Command, t int64) { fsm.Stamp(c, time.Unix(0, t)) }
 
 // PolicyTypes are the device types a replay sets its policy for: every
 // type a task claims, so CPU-only tasks are placed by the policy too.
