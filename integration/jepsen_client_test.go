@@ -244,44 +244,34 @@ func (cl *worker) pick(list *[]string) string {
 }
 
 func (cl *worker) release() {
-	w := cl.w
 	id := cl.pick(&cl.live)
-	in := opInput{Kind: opRelease, RequestID: cl.requestID("release"), AllocID: id}
-	op := historyOp{Client: cl.id, Input: in, Call: w.now()}
-	ctx, cancel := context.WithTimeout(context.Background(), cl.deadline())
-	var a wire.Allocation
-	err := w.c.Write(ctx, cl.targets(false), http.MethodPost, "/v1/allocations/"+url.PathEscape(id)+"/release",
-		in.RequestID, wire.WriteRequest{RequestID: in.RequestID}, &a)
-	cancel()
-	op.Return = w.now()
-	switch {
-	case err == nil && a.Status == fsm.Released:
-		op.Output = opOutput{Outcome: outOK}
+	rid := cl.requestID("release")
+	if cl.lifecycle(opRelease, id, rid, "release", wire.WriteRequest{RequestID: rid}, fsm.Released) {
 		cl.released = append(cl.released, id)
-	case err == nil:
-		op.Output = opOutput{Outcome: outUnknown, Error: "answered with status " + string(a.Status)}
-	default:
-		op.Output = opOutput{Outcome: classify(err), Error: err.Error()}
 	}
-	if op.Output.Outcome == outUnknown {
-		op.Return = -1
-	}
-	w.record(op)
 }
 
 func (cl *worker) renew() {
-	w := cl.w
 	id := cl.live[cl.rng.IntN(len(cl.live))]
-	in := opInput{Kind: opRenew, RequestID: cl.requestID("renew"), AllocID: id}
+	rid := cl.requestID("renew")
+	cl.lifecycle(opRenew, id, rid, "renew", wire.RenewRequest{RequestID: rid}, fsm.Active)
+}
+
+// lifecycle posts a release or renew of allocation id, records the
+// operation, and reports whether the answer was the status that means
+// success.
+func (cl *worker) lifecycle(kind opKind, id, rid, action string, body any, want fsm.AllocStatus) bool {
+	w := cl.w
+	in := opInput{Kind: kind, RequestID: rid, AllocID: id}
 	op := historyOp{Client: cl.id, Input: in, Call: w.now()}
 	ctx, cancel := context.WithTimeout(context.Background(), cl.deadline())
 	var a wire.Allocation
-	err := w.c.Write(ctx, cl.targets(false), http.MethodPost, "/v1/allocations/"+url.PathEscape(id)+"/renew",
-		in.RequestID, wire.RenewRequest{RequestID: in.RequestID}, &a)
+	err := w.c.Write(ctx, cl.targets(false), http.MethodPost, "/v1/allocations/"+url.PathEscape(id)+"/"+action,
+		rid, body, &a)
 	cancel()
 	op.Return = w.now()
 	switch {
-	case err == nil && a.Status == fsm.Active:
+	case err == nil && a.Status == want:
 		op.Output = opOutput{Outcome: outOK}
 	case err == nil:
 		op.Output = opOutput{Outcome: outUnknown, Error: "answered with status " + string(a.Status)}
@@ -292,6 +282,7 @@ func (cl *worker) renew() {
 		op.Return = -1
 	}
 	w.record(op)
+	return op.Output.Outcome == outOK
 }
 
 // read sends a consistent read to random servers, retrying retryable

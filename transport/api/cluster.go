@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"net/http/pprof"
 	"strconv"
 
 	"github.com/dmsc/dmsc/cluster"
@@ -142,28 +141,10 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// Profiling handlers of net/http/pprof.
-func pprofIndex(_ *Server, w http.ResponseWriter, r *http.Request) error {
-	pprof.Index(w, r)
-	return nil
-}
-
-func pprofCmdline(_ *Server, w http.ResponseWriter, r *http.Request) error {
-	pprof.Cmdline(w, r)
-	return nil
-}
-
-func pprofProfile(_ *Server, w http.ResponseWriter, r *http.Request) error {
-	pprof.Profile(w, r)
-	return nil
-}
-
-func pprofSymbol(_ *Server, w http.ResponseWriter, r *http.Request) error {
-	pprof.Symbol(w, r)
-	return nil
-}
-
-func pprofTrace(_ *Server, w http.ResponseWriter, r *http.Request) error {
-	pprof.Trace(w, r)
-	return nil
+// pprofRoute adapts a net/http/pprof handler to the route table.
+func pprofRoute(h http.HandlerFunc) func(*Server, http.ResponseWriter, *http.Request) error {
+	return func(_ *Server, w http.ResponseWriter, r *http.Request) error {
+		h(w, r)
+		return nil
+	}
 }

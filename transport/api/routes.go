@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/dmsc/dmsc/transport"
 )
@@ -89,11 +90,11 @@ func routes() []route {
 		{method: "GET", path: "/metrics", handle: (*Server).getMetrics, exempt: true},
 
 		// Profiling, with Options.EnableDebug.
-		{method: "GET", path: "/debug/pprof/", handle: pprofIndex, debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/cmdline", handle: pprofCmdline, debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/profile", handle: pprofProfile, debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/symbol", handle: pprofSymbol, debug: true, exempt: true},
-		{method: "POST", path: "/debug/pprof/symbol", handle: pprofSymbol, debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/trace", handle: pprofTrace, debug: true, exempt: true},
+		{method: "GET", path: "/debug/pprof/", handle: pprofRoute(pprof.Index), debug: true, exempt: true},
+		{method: "GET", path: "/debug/pprof/cmdline", handle: pprofRoute(pprof.Cmdline), debug: true, exempt: true},
+		{method: "GET", path: "/debug/pprof/profile", handle: pprofRoute(pprof.Profile), debug: true, exempt: true},
+		{method: "GET", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, exempt: true},
+		{method: "POST", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, exempt: true},
+		{method: "GET", path: "/debug/pprof/trace", handle: pprofRoute(pprof.Trace), debug: true, exempt: true},
 	}
 }
