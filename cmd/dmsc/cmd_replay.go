@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,7 +19,9 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/bench"
 	"github.com/dmsc/dmsc/internal/replay"
 	"github.com/dmsc/dmsc/internal/trace"
 )
@@ -69,9 +72,35 @@ Usage: dmsc replay [options]
   ../shared/traces (found from the module root) unless -nodes, -pods or
   -philly name files.
 
+  With -local N or -address the replay goes through a cluster's HTTP API
+  instead of the state machine in this process: it registers the trace's
+  hosts (named <run>-<host>, every device in pool <run>, where <run> is
+  replay-<8 hex digits>, fresh for each run), sets pool <run>'s policy
+  (the cluster's policies per device type are left alone), and submits
+  each task in the pool with a request ID of its own, so that the
+  client's retry after a leader change takes devices once. The tables,
+  -json and -plot are those of the in-process replay, whose figures it
+  reproduces exactly on a fresh cluster (TIME is then wall time through
+  the cluster). The timeline protocol runs in real time: a task's queue
+  timeout is the cluster's, releases are sent when the hold time is over.
+
+  Each run must start from an empty cluster: FragmentationAware learns
+  its typical workload from the cluster's last 1,000 requests, whatever
+  their pool, so a run after another one would not place as the
+  in-process replay does. -local N therefore starts a fresh cluster of N
+  servers in this process (127.0.0.1, data in a temporary directory) for
+  every policy and seed, and stops it after the run. -address replays a
+  single run (one -policy and, for fgd, one -seeds) against a running
+  cluster, meant to be a fresh test cluster: it warns when the cluster
+  has served requests before, and at the end releases the run's
+  allocations and removes its hosts and its pool's policy. Restart the
+  cluster between runs to compare policies there.
+
       dmsc replay -protocol fgd -pods ../shared/traces/openb/openb_pod_list_default.csv
       dmsc replay -protocol fgd -policy BestFit,FragmentationAware -seeds 42-44 -plot fgd.png
-      dmsc replay -protocol timeline -trace philly -hosts 200 -timeout 1h`, `
+      dmsc replay -protocol timeline -trace philly -hosts 200 -timeout 1h
+      dmsc replay -protocol fgd -quick -local 3
+      dmsc replay -protocol fgd -policy FragmentationAware -seeds 42 -address 10.0.0.11,10.0.0.12`, `
 -protocol=<fgd|timeline>
       The replay protocol. Default fgd.
 
@@ -104,7 +133,16 @@ Usage: dmsc replay [options]
       0 refuses at once) and utilisation samples. Defaults 1, 1h, 20.
 
   -parallel=<n>
-      Replays run at the same time. Default GOMAXPROCS.
+      Replays run at the same time. Default GOMAXPROCS in process, 1
+      with -local (each run has its cluster).
+
+  -local=<n>
+      Replay each run through a fresh cluster of n servers (1 to 7)
+      started in this process. Default 0: in process, or -address.
+
+  -local-storage=<disk|memory>
+      Where the -local servers keep the Raft log: disk (a real server's
+      store, with fsync) or memory. Default disk; memory with -quick.
 
   -plot=<file,...>
       fgd protocol: draw allocated % against arrived %, one line per
@@ -118,7 +156,8 @@ Usage: dmsc replay [options]
   -quick
       A run of a few seconds for CI: the first 100 hosts and the first
       1000 pods, seed 42, BestFit and FragmentationAware (flags given
-      explicitly win). It exits 1 when a replay places nothing. Uses
+      explicitly win); with -local, the Raft log in memory. It exits 1
+      when a replay places nothing. Uses
       the copy of the openb hosts and first 1000 pods built into the
       binary when the trace files are not found.`)
 }
@@ -134,10 +173,11 @@ func (c *replayCommand) Run(args []string) int {
 	var (
 		protocol, traceName, nodesPath, podsPath, phillyPath string
 		policyFlag, seedsFlag, plotFlag, replotPath          string
-		hosts, limit, parallel, samples                      int
+		hosts, limit, parallel, samples, local               int
 		speedup                                              float64
 		timeout                                              time.Duration
 		quick                                                bool
+		storage                                              string
 	)
 	fs.StringVar(&protocol, "protocol", "fgd", "")
 	fs.StringVar(&traceName, "trace", "openb", "")
@@ -155,15 +195,17 @@ func (c *replayCommand) Run(args []string) int {
 	fs.StringVar(&plotFlag, "plot", "", "")
 	fs.BoolVar(&quick, "quick", false, "")
 	fs.StringVar(&replotPath, "replot", "", "")
+	fs.IntVar(&local, "local", 0, "")
+	fs.StringVar(&storage, "local-storage", "disk", "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["address"] {
-		return c.usageError("replay", "-address: replaying against a live cluster is not supported yet; the replay runs in process")
-	}
 	if quick {
+		if !set["local-storage"] {
+			storage = "memory"
+		}
 		if !set["limit"] {
 			limit = 1000
 		}
@@ -187,6 +229,26 @@ func (c *replayCommand) Run(args []string) int {
 	}
 	if parallel < 1 {
 		parallel = 1
+	}
+	lv := liveConfig{local: local, memory: storage == "memory", address: set["address"]}
+	if lv.live() && !set["parallel"] {
+		parallel = 1
+	}
+	nRuns := len(policies)
+	if protocol == "fgd" {
+		nRuns *= len(seeds)
+	}
+	switch {
+	case local < 0 || local > 7:
+		return c.usageError("replay", "-local takes 1 to 7 servers")
+	case local > 0 && lv.address:
+		return c.usageError("replay", "give -local or -address, not both")
+	case storage != "disk" && storage != "memory":
+		return c.usageError("replay", "-local-storage is disk or memory, not %q", storage)
+	case lv.address && nRuns > 1:
+		return c.usageError("replay", "-address replays one run: got %d policies and %d seeds. Each run must start from an empty cluster "+
+			"(FragmentationAware learns from the cluster's last 1,000 requests): give one -policy and one -seeds and restart the "+
+			"cluster between runs, or use -local N, which starts a fresh cluster per run", len(policies), nRuns/len(policies))
 	}
 	switch {
 	case protocol != "fgd" && protocol != "timeline":
@@ -231,7 +293,7 @@ func (c *replayCommand) Run(args []string) int {
 		if limit > 0 && limit < len(tasks) {
 			tasks = tasks[:limit]
 		}
-		return c.timeline(progress, replay.PhillyHosts(hosts), tasks, policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
+		return c.timeline(progress, lv, replay.PhillyHosts(hosts), tasks, policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
 			map[string]any{"trace": "philly", "philly": phillyPath, "hosts": hosts})
 	}
 
@@ -246,7 +308,7 @@ func (c *replayCommand) Run(args []string) int {
 		nodes = nodes[:hosts]
 	}
 	if protocol == "timeline" {
-		return c.timeline(progress, nodes, replay.OpenbTimeline(tasks), policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
+		return c.timeline(progress, lv, nodes, replay.OpenbTimeline(tasks), policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
 			map[string]any{"trace": "openb", "source": source})
 	}
 	var runs []replayRun
@@ -255,15 +317,43 @@ func (c *replayCommand) Run(args []string) int {
 			runs = append(runs, replayRun{policy: p, seed: s})
 		}
 	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	if lv.live() {
+		if err := c.announce(ctx, &lv, progress); err != nil {
+			return c.fail(err)
+		}
+	}
 	results := make([]*replay.Result, len(runs))
-	bar := newProgressBar(progress, "replay fgd", len(runs))
+	var bar *progressBar
+	if lv.live() {
+		// Through a cluster a run takes seconds: count tasks.
+		total := 0
+		for _, r := range runs {
+			total += replay.ProtocolWork(nodes, tasks, r.seed)
+		}
+		bar = newProgressBar(progress, "replay fgd (tasks)", total)
+	} else {
+		bar = newProgressBar(progress, "replay fgd", len(runs))
+	}
 	err = parallelDo(len(runs), parallel, func(i int) error {
-		r, err := replay.Protocol(nodes, tasks, runs[i].policy, runs[i].seed)
+		var r *replay.Result
+		var err error
+		if lv.live() {
+			err = c.withCluster(ctx, lv, func(l replay.Live) error {
+				last := 0
+				l.Progress = func(done, total int) { bar.add(done - last); last = done }
+				r, err = l.Protocol(ctx, nodes, tasks, runs[i].policy, runs[i].seed)
+				return err
+			})
+		} else {
+			r, err = replay.Protocol(nodes, tasks, runs[i].policy, runs[i].seed)
+			bar.add(1)
+		}
 		if err != nil {
 			return fmt.Errorf("%s seed %d: %w", runs[i].policy, runs[i].seed, err)
 		}
 		results[i] = r
-		bar.add(1)
 		return nil
 	})
 	bar.done()
@@ -335,8 +425,15 @@ func (c *replayCommand) Run(args []string) int {
 
 // timeline runs the timeline protocol for each policy and prints the
 // result.
-func (c *replayCommand) timeline(progress io.Writer, nodes []trace.Node, tasks []replay.TimelineTask, policies []fsm.Policy,
+func (c *replayCommand) timeline(progress io.Writer, lv liveConfig, nodes []trace.Node, tasks []replay.TimelineTask, policies []fsm.Policy,
 	opts replay.TimelineOptions, parallel int, about map[string]any) int {
+	ctx, cancel := commandContext()
+	defer cancel()
+	if lv.live() {
+		if err := c.announce(ctx, &lv, progress); err != nil {
+			return c.fail(err)
+		}
+	}
 	results := make([]*replay.TimelineResult, len(policies))
 	bar := newProgressBar(progress, "replay timeline (tasks)", len(tasks)*len(policies))
 	err := parallelDo(len(policies), parallel, func(i int) error {
@@ -344,7 +441,16 @@ func (c *replayCommand) timeline(progress io.Writer, nodes []trace.Node, tasks [
 		o.Policy = policies[i]
 		last := 0
 		o.Progress = func(done, total int) { bar.add(done - last); last = done }
-		r, err := replay.Timeline(nodes, tasks, o)
+		var r *replay.TimelineResult
+		var err error
+		if lv.live() {
+			err = c.withCluster(ctx, lv, func(l replay.Live) error {
+				r, err = l.Timeline(ctx, nodes, tasks, o)
+				return err
+			})
+		} else {
+			r, err = replay.Timeline(nodes, tasks, o)
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", policies[i], err)
 		}
@@ -354,6 +460,12 @@ func (c *replayCommand) timeline(progress io.Writer, nodes []trace.Node, tasks [
 	bar.done()
 	if err != nil {
 		return c.fail(err)
+	}
+	for _, r := range results {
+		if r.MaxLag > lagWarning {
+			fmt.Fprintf(progress, "replay: %s: commands went out up to %v after their replay time; with a queue timeout, "+
+				"a request can then time out that the in-process replay places (a lower -speedup helps)\n", r.Policy, r.MaxLag.Round(time.Millisecond))
+		}
 	}
 	if c.json {
 		about["protocol"] = "timeline"
@@ -398,6 +510,115 @@ func (c *replayCommand) timeline(progress io.Writer, nodes []trace.Node, tasks [
 		}
 	}
 	return 0
+}
+
+// lagWarning is how late a live timeline replay may fall behind its
+// schedule before the command says so.
+const lagWarning = 100 * time.Millisecond
+
+// liveConfig says whether and how the replay goes through a cluster.
+type liveConfig struct {
+	// local is the number of servers of the fresh cluster each run starts
+	// in this process (0: none); memory keeps their log in memory.
+	local  int
+	memory bool
+	// address says -address was given: one run against that cluster,
+	// named name.
+	address bool
+	name    string
+}
+
+// runName is a fresh name for a run on a cluster: replay-<8 hex digits>.
+func runName() string {
+	return "replay-" + strings.ReplaceAll(client.NewRequestID(), "-", "")[:8]
+}
+
+// announce says on progress where the replay runs; with -address it
+// names the run and warns when the cluster has been used.
+func (c *replayCommand) announce(ctx context.Context, lv *liveConfig, progress io.Writer) error {
+	if lv.local > 0 {
+		storage := "disk"
+		if lv.memory {
+			storage = "memory"
+		}
+		fmt.Fprintf(progress, "replay: each run on a fresh cluster of %d servers in this process (Raft log on %s)\n", lv.local, storage)
+		return nil
+	}
+	cl, err := client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, Timeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	lv.name = runName()
+	fmt.Fprintf(progress, "replay: run %s (hosts %s-*, pool %s) on %s\n", lv.name, lv.name, lv.name, strings.Join(cl.Addresses(), ", "))
+	warn, err := notFresh(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("reading the cluster: %w", err)
+	}
+	if warn != "" {
+		fmt.Fprintf(progress, "replay: warning: %s; FragmentationAware learns from the cluster's last 1,000 requests, "+
+			"so the figures can differ from the in-process replay's (a fresh cluster reproduces them)\n", warn)
+	}
+	return nil
+}
+
+func (lv liveConfig) live() bool { return lv.local > 0 || lv.address }
+
+// closeGrace bounds the graceful part of stopping a run's local cluster:
+// its data are thrown away, so leaving gossip politely buys nothing.
+const closeGrace = 250 * time.Millisecond
+
+// withCluster calls fn with a replay.Live for one run: a fresh cluster of
+// lv.local servers in this process, stopped afterwards, or the cluster at
+// -address, which the run cleans up after itself.
+func (c *replayCommand) withCluster(ctx context.Context, lv liveConfig, fn func(replay.Live) error) (err error) {
+	addrs := splitAddresses(c.address)
+	if lv.local > 0 {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		lc, serr := bench.StartLocal(sctx, bench.LocalConfig{Servers: lv.local, InMemory: lv.memory, Version: version})
+		cancel()
+		if serr != nil {
+			return fmt.Errorf("local cluster: %w", serr)
+		}
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
+			defer ccancel()
+			if cerr := lc.Close(cctx); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("stopping the local cluster: %w", cerr))
+			}
+		}()
+		addrs = lc.Addresses
+	}
+	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, Timeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	name := lv.name
+	if name == "" {
+		name = runName()
+	}
+	return fn(replay.Live{Client: cl, Name: name, Cleanup: lv.local == 0})
+}
+
+// notFresh says what shows that the cluster has been used ("" if
+// nothing): registered hosts, live or ended allocations.
+func notFresh(ctx context.Context, cl *client.Client) (string, error) {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	hosts, _, err := cl.Hosts(octx, nil)
+	if err != nil {
+		return "", err
+	}
+	allocs, _, err := cl.Allocations(octx, &client.AllocationFilter{History: true, Limit: 1}, nil)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case len(hosts) > 0:
+		return fmt.Sprintf("the cluster already has %d host(s)", len(hosts)), nil
+	case len(allocs.Allocations) > 0:
+		return "the cluster has served allocation requests before", nil
+	}
+	return "", nil
 }
 
 func formatWait(d time.Duration) string {

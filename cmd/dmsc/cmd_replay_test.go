@@ -2,16 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/bench"
 )
 
 func TestReplayUsageErrors(t *testing.T) {
@@ -23,7 +27,12 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"-seeds", "51-42"},
 		{"-seeds", "x"},
 		{"-protocol", "timeline", "-plot", "x.png"},
-		{"-address", "127.0.0.1:1"},
+		{"-address", "127.0.0.1:1"}, // every policy and seed: one run only
+		{"-address", "127.0.0.1:1", "-policy", "BestFit,FirstFit", "-seeds", "42"},
+		{"-address", "127.0.0.1:1", "-local", "3", "-policy", "BestFit", "-seeds", "42"},
+		{"-protocol", "timeline", "-address", "127.0.0.1:1", "-policy", "BestFit,FirstFit"},
+		{"-local", "9"},
+		{"-local", "1", "-local-storage", "tape"},
 		{"extra"},
 	} {
 		ui := cli.NewMockUi()
@@ -126,4 +135,104 @@ func TestReplayTimelinePhilly(t *testing.T) {
 		t.Skipf("no Philly trace at %s", philly)
 	}
 	t.Fatalf("exit %d; stderr %s", code, ui.ErrorWriter.String())
+}
+
+// replayJSON runs dmsc replay with -json and returns its output with the
+// wall-clock figures removed, and its progress output.
+func replayJSON(t *testing.T, args ...string) (map[string]any, string) {
+	t.Helper()
+	ui := cli.NewMockUi()
+	var progress bytes.Buffer
+	c := &replayCommand{apiCommand: apiCommand{ui: ui}, progress: &progress}
+	if code := c.Run(append(args, "-json")); code != exitOK {
+		t.Fatalf("dmsc replay %s: exit %d; stderr %s", strings.Join(args, " "), code, ui.ErrorWriter.String())
+	}
+	var out map[string]any
+	if err := json.Unmarshal(ui.OutputWriter.Bytes(), &out); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, ui.OutputWriter.String())
+	}
+	for _, key := range []string{"runs", "results"} {
+		runs, _ := out[key].([]any)
+		for _, r := range runs {
+			delete(r.(map[string]any), "elapsed_s")
+			delete(r.(map[string]any), "elapsed_ns")
+			delete(r.(map[string]any), "max_lag_ns")
+		}
+	}
+	return out, progress.String()
+}
+
+// TestReplayLocalMatchesInProcess runs the fgd and timeline protocols on a
+// small openb sample with -local 1 and requires the JSON of the in-process
+// replay, wall-clock figures aside.
+func TestReplayLocalMatchesInProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Raft nodes")
+	}
+	for _, args := range [][]string{
+		{"-protocol", "fgd", "-quick", "-hosts", "20", "-limit", "300", "-policy", "BestFit,FragmentationAware"},
+		{"-protocol", "timeline", "-quick", "-hosts", "10", "-limit", "300", "-policy", "BestFit", "-speedup", "1e7", "-timeout", "0"},
+	} {
+		want, _ := replayJSON(t, args...)
+		got, progress := replayJSON(t, append(args, "-local", "1")...)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("dmsc replay %s: -local 1 answers\n%v\nin process\n%v", strings.Join(args, " "), got, want)
+		}
+		if !strings.Contains(progress, "fresh cluster of 1 servers") {
+			t.Errorf("progress %q does not say where the replay runs", progress)
+		}
+	}
+}
+
+// TestReplayAddress replays one run against a running cluster: the same
+// figures as in process, nothing of the run left on the cluster after it,
+// and a warning when the cluster is used again.
+func TestReplayAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Raft node")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lc, err := bench.StartLocal(ctx, bench.LocalConfig{Servers: 1, InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
+		defer ccancel()
+		if err := lc.Close(cctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	args := []string{"-protocol", "fgd", "-quick", "-hosts", "20", "-limit", "300", "-policy", "FragmentationAware"}
+	want, _ := replayJSON(t, args...)
+	got, progress := replayJSON(t, append(args, "-address", strings.Join(lc.Addresses, ","))...)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("-address answers\n%v\nin process\n%v", got, want)
+	}
+	if strings.Contains(progress, "warning") {
+		t.Errorf("a warning on a fresh cluster: %q", progress)
+	}
+	cl, err := client.New(client.Config{Addresses: lc.Addresses})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &client.QueryOptions{Consistent: true}
+	hosts, _, err := cl.Hosts(ctx, q)
+	if err != nil || len(hosts) != 0 {
+		t.Errorf("after the run: %d hosts (%v), want none", len(hosts), err)
+	}
+	live, _, err := cl.Allocations(ctx, &client.AllocationFilter{Statuses: []fsm.AllocStatus{fsm.Active, fsm.Pending}}, q)
+	if err != nil || len(live.Allocations) != 0 {
+		t.Errorf("after the run: live allocations %v (%v), want none", live, err)
+	}
+	pols, _, err := cl.Policies(ctx, q)
+	if err != nil || len(pols.Pools) != 0 {
+		t.Errorf("after the run: pool policies %v (%v), want none", pols, err)
+	}
+	// A second run on the same cluster is warned about.
+	_, progress = replayJSON(t, append(args, "-address", strings.Join(lc.Addresses, ","))...)
+	if !strings.Contains(progress, "warning: the cluster has served allocation requests before") {
+		t.Errorf("no warning on a used cluster: %q", progress)
+	}
 }

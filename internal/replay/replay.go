@@ -1,12 +1,14 @@
 // Package replay replays traces through fsm.State: it turns trace hosts
 // and tasks into fsm commands, applies them in log order, and measures
-// what a placement policy achieves. Protocol runs the protocol of the FGD
+// what a placement policy achieves. Live sends the same commands, in the
+// same order, through a running cluster's HTTP API instead. Protocol runs the protocol of the FGD
 // paper (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing
 // Workloads with Fragmentation Gradient Descent", USENIX ATC'23) on the
 // Alibaba openb trace.
 package replay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -190,26 +192,64 @@ func (r *Replayer) Submit(t trace.Task) (bool, error) {
 // demand reaches 130% of the GPUs, are never released, and a task that
 // fits nowhere is dropped.
 func Protocol(nodes []trace.Node, tasks []trace.Task, pol fsm.Policy, seed int64) (*Result, error) {
+	return protocol(context.Background(), &inProcess{}, nodes, tasks, pol, seed, nil)
+}
+
+// ProtocolWork is the number of tasks Protocol submits for a seed.
+func ProtocolWork(nodes []trace.Node, tasks []trace.Task, seed int64) int {
+	return len(Workload(tasks, capacityOf(nodes), float64(CurveMax)/100, seed))
+}
+
+// capacityOf is the hosts' GPU capacity in milli.
+func capacityOf(nodes []trace.Node) int64 {
 	gpus := 0
 	for _, n := range nodes {
 		gpus += n.GPUs
 	}
-	if gpus == 0 {
+	return int64(gpus) * MilliPerGPU
+}
+
+// protocolTarget is what the fgd protocol drives: the state machine in
+// this process or a live cluster.
+type protocolTarget interface {
+	// setup registers the hosts and sets the policy.
+	setup(ctx context.Context, nodes []trace.Node, pol fsm.Policy) error
+	// submit asks for one task's devices and says whether it got them.
+	submit(ctx context.Context, t trace.Task) (bool, error)
+}
+
+// inProcess drives a Replayer.
+type inProcess struct{ r *Replayer }
+
+func (p *inProcess) setup(_ context.Context, nodes []trace.Node, pol fsm.Policy) error {
+	p.r = NewReplayer()
+	return p.r.Cluster(nodes, pol)
+}
+
+func (p *inProcess) submit(_ context.Context, t trace.Task) (bool, error) { return p.r.Submit(t) }
+
+// protocol runs the fgd protocol on tg; progress, when set, is called
+// every 100 tasks and at the end.
+func protocol(ctx context.Context, tg protocolTarget, nodes []trace.Node, tasks []trace.Task, pol fsm.Policy, seed int64,
+	progress func(done, total int)) (*Result, error) {
+	capacity := capacityOf(nodes)
+	if capacity == 0 {
 		return nil, errors.New("replay: the cluster has no GPUs")
 	}
-	capacity := int64(gpus) * MilliPerGPU
 	work := Workload(tasks, capacity, float64(CurveMax)/100, seed)
 	start := time.Now()
-	r := NewReplayer()
-	if err := r.Cluster(nodes, pol); err != nil {
+	if err := tg.setup(ctx, nodes, pol); err != nil {
 		return nil, err
 	}
-	res := &Result{Policy: pol, Seed: seed, GPUs: gpus, Curve: make([]float64, 0, CurveMax+1)}
+	res := &Result{Policy: pol, Seed: seed, GPUs: int(capacity / MilliPerGPU), Curve: make([]float64, 0, CurveMax+1)}
 	var arrived, allocated int64
 	pct := func(x int64) float64 { return 100 * float64(x) / float64(capacity) }
-	for _, t := range work {
+	for i, t := range work {
+		if progress != nil && i%100 == 0 {
+			progress(i, len(work))
+		}
 		arrived += t.GPUDemand()
-		ok, err := r.Submit(t)
+		ok, err := tg.submit(ctx, t)
 		if err != nil {
 			return nil, err
 		}
@@ -222,6 +262,9 @@ func Protocol(nodes []trace.Node, tasks []trace.Task, pol fsm.Policy, seed int64
 		for len(res.Curve) <= CurveMax && 100*arrived >= int64(len(res.Curve))*capacity {
 			res.Curve = append(res.Curve, pct(allocated))
 		}
+	}
+	if progress != nil {
+		progress(len(work), len(work))
 	}
 	for len(res.Curve) <= CurveMax {
 		res.Curve = append(res.Curve, pct(allocated))

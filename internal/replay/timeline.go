@@ -2,6 +2,7 @@ package replay
 
 import (
 	"container/heap"
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -98,6 +99,9 @@ type TimelineResult struct {
 	Span        time.Duration `json:"span_ns"`
 	Utilisation []UtilSample  `json:"utilisation"`
 	Elapsed     time.Duration `json:"elapsed_ns"`
+	// MaxLag is, for a replay through a live cluster, how late the most
+	// delayed command went out after its replay time.
+	MaxLag time.Duration `json:"max_lag_ns,omitempty"`
 }
 
 // release is a scheduled end of an allocation.
@@ -128,21 +132,10 @@ func (h *releaseHeap) Pop() any {
 
 // waiting is a task in the fsm queue.
 type waiting struct {
-	arrive int64
-	hold   int64 // replay nanoseconds; 0 never leaves
-	demand int64
-}
-
-// applyAt stamps a command with time t (never earlier than the last one)
-// and applies it.
-func (r *Replayer) applyAt(c fsm.Command, t int64) fsm.Result {
-	if t < r.now {
-		t = r.now
-	}
-	r.now = t
-	r.idx++
-	stampTime(c, t)
-	return r.State.Apply(r.idx, c)
+	arrive   int64
+	hold     int64 // replay nanoseconds; 0 never leaves
+	demand   int64
+	deadline int64 // when it times out
 }
 
 // ReasonOf names why a request could not be placed, from its why-not: the
@@ -186,38 +179,136 @@ func ReasonOf(w *fsm.WhyNot) string {
 // placed. It reports utilisation over time, queue waits, timeouts and
 // refusals by reason.
 func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*TimelineResult, error) {
-	gpus := 0
-	for _, n := range nodes {
-		gpus += n.GPUs
+	return timeline(context.Background(), &inProcessTimeline{}, nodes, tasks, opts)
+}
+
+// allocOutcome is the answer to a timeline task's allocation: active or
+// pending with its ID, or refused with its why-not.
+type allocOutcome struct {
+	id      string
+	status  fsm.AllocStatus
+	refused bool
+	why     *fsm.WhyNot
+}
+
+// timelineTarget is what the timeline protocol drives. Times are replay
+// nanoseconds from the first arrival; the target maps them to its clock.
+type timelineTarget interface {
+	// setup registers the hosts and sets the policy; begin then fixes
+	// replay time zero.
+	setup(ctx context.Context, nodes []trace.Node, pol fsm.Policy) error
+	begin()
+	// allocate submits a task at time at.
+	allocate(ctx context.Context, req fsm.Request, at int64) (allocOutcome, error)
+	// release ends an active allocation at time at.
+	release(ctx context.Context, id string, at int64) error
+	// nextDeadline is when the first of the pending tasks times out.
+	nextDeadline(pending map[string]waiting) (int64, bool)
+	// tick lets the deadlines due by at pass.
+	tick(ctx context.Context, at int64, pending map[string]waiting) error
+	// statuses reads the allocations of the ids (sorted) that left the
+	// pending state: active, or ended with their why-not.
+	statuses(ctx context.Context, ids []string) (map[string]allocOutcome, error)
+}
+
+// inProcessTimeline drives a Replayer; replay time zero is base.
+type inProcessTimeline struct {
+	r    *Replayer
+	base int64
+}
+
+func (p *inProcessTimeline) setup(_ context.Context, nodes []trace.Node, pol fsm.Policy) error {
+	p.r = NewReplayer()
+	return p.r.Cluster(nodes, pol)
+}
+
+func (p *inProcessTimeline) begin() { p.base = p.r.now + int64(time.Millisecond) }
+
+// applyAt stamps a command with replay time at (never earlier than the
+// last one) and applies it.
+func (p *inProcessTimeline) applyAt(c fsm.Command, at int64) fsm.Result {
+	t := p.base + at
+	if t < p.r.now {
+		t = p.r.now
 	}
-	if gpus == 0 {
+	p.r.now = t
+	p.r.idx++
+	stampTime(c, t)
+	return p.r.State.Apply(p.r.idx, c)
+}
+
+func (p *inProcessTimeline) allocate(_ context.Context, req fsm.Request, at int64) (allocOutcome, error) {
+	out := p.applyAt(&fsm.Allocate{Request: req}, at)
+	switch {
+	case out.Err == nil && out.Allocation != nil:
+		return allocOutcome{id: out.Allocation.ID, status: out.Allocation.Status}, nil
+	case errors.Is(out.Err, fsm.ErrNoCapacity):
+		o := allocOutcome{refused: true}
+		if out.Allocation != nil {
+			o.why = out.Allocation.WhyNot
+		}
+		return o, nil
+	default:
+		return allocOutcome{}, out.Err
+	}
+}
+
+func (p *inProcessTimeline) release(_ context.Context, id string, at int64) error {
+	return p.applyAt(&fsm.Release{AllocationID: id}, at).Err
+}
+
+func (p *inProcessTimeline) nextDeadline(map[string]waiting) (int64, bool) {
+	d, ok := p.r.State.NextDeadline()
+	return d.UnixNano() - p.base, ok
+}
+
+func (p *inProcessTimeline) tick(_ context.Context, at int64, _ map[string]waiting) error {
+	p.applyAt(&fsm.Tick{}, at)
+	return nil
+}
+
+func (p *inProcessTimeline) statuses(_ context.Context, ids []string) (map[string]allocOutcome, error) {
+	out := map[string]allocOutcome{}
+	for _, id := range ids {
+		if a, ok := p.r.State.Allocation(id); ok && a.Status != fsm.Pending {
+			out[id] = allocOutcome{id: id, status: a.Status, why: a.WhyNot}
+		}
+	}
+	return out, nil
+}
+
+// step is the allocated milli and queue length after a change.
+type step struct {
+	at        int64
+	allocated int64
+	queue     int
+}
+
+// timeline runs the timeline protocol on tg.
+func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*TimelineResult, error) {
+	capacity := capacityOf(nodes)
+	if capacity == 0 {
 		return nil, errors.New("replay: the cluster has no GPUs")
 	}
 	speedup := opts.Speedup
 	if speedup < 1 {
 		speedup = 1
 	}
-	samples := opts.Samples
-	if samples <= 0 {
-		samples = 100
-	}
-	capacity := float64(gpus) * MilliPerGPU
 	order := make([]TimelineTask, len(tasks))
 	copy(order, tasks)
 	sort.SliceStable(order, func(i, j int) bool { return order[i].Arrive < order[j].Arrive })
 
 	begin := time.Now()
-	r := NewReplayer()
-	if err := r.Cluster(nodes, opts.Policy); err != nil {
+	if err := tg.setup(ctx, nodes, opts.Policy); err != nil {
 		return nil, err
 	}
-	res := &TimelineResult{Policy: opts.Policy, GPUs: gpus, Reasons: map[string]int{}}
+	tg.begin()
+	res := &TimelineResult{Policy: opts.Policy, GPUs: int(capacity / MilliPerGPU), Reasons: map[string]int{}}
 	var first time.Duration
 	if len(order) > 0 {
 		first = order[0].Arrive
 	}
-	start := r.now + int64(time.Millisecond)
-	replayTime := func(d time.Duration) int64 { return start + int64(float64(d-first)/speedup) }
+	replayTime := func(d time.Duration) int64 { return int64(float64(d-first) / speedup) }
 
 	var (
 		releases  releaseHeap
@@ -225,20 +316,10 @@ func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*
 		pending   = map[string]waiting{}
 		allocated int64
 		waits     []time.Duration
-		// steps is the allocated milli and queue length after each change.
-		steps []struct {
-			at        int64
-			allocated int64
-			queue     int
-		}
+		steps     []step
+		now       int64 // the time of the last command
 	)
-	record := func(t int64) {
-		steps = append(steps, struct {
-			at        int64
-			allocated int64
-			queue     int
-		}{t, allocated, len(pending)})
-	}
+	record := func() { steps = append(steps, step{now, allocated, len(pending)}) }
 	placed := func(id string, at int64, w waiting) {
 		res.Placed++
 		allocated += w.demand
@@ -249,34 +330,36 @@ func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*
 		}
 	}
 	// settle looks at the waiting tasks after capacity was freed or
-	// deadlines passed.
-	settle := func() {
+	// deadlines passed: one placed now was placed by the last command.
+	settle := func() error {
 		if len(pending) == 0 {
-			return
+			return nil
 		}
 		ids := make([]string, 0, len(pending))
 		for id := range pending {
 			ids = append(ids, id)
 		}
 		sort.Strings(ids)
+		st, err := tg.statuses(ctx, ids)
+		if err != nil {
+			return err
+		}
 		for _, id := range ids {
-			a, ok := r.State.Allocation(id)
+			a, ok := st[id]
 			if !ok {
 				continue
 			}
 			w := pending[id]
-			switch a.Status {
-			case fsm.Active:
-				delete(pending, id)
+			delete(pending, id)
+			if a.status == fsm.Active {
 				res.Waited++
-				placed(id, a.AllocatedAt, w)
-			case fsm.Pending:
-			default:
-				delete(pending, id)
+				placed(id, now, w)
+			} else {
 				res.TimedOut++
-				res.Reasons[ReasonOf(a.WhyNot)]++
+				res.Reasons[ReasonOf(a.why)]++
 			}
 		}
+		return nil
 	}
 	// advance applies every release and deadline due by t.
 	advance := func(t int64) error {
@@ -286,28 +369,33 @@ func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*
 			if len(releases) > 0 {
 				next, isRelease = releases[0].at, true
 			}
-			if d, ok := r.State.NextDeadline(); ok && len(pending) > 0 && (next < 0 || d.UnixNano() < next) {
-				next, isRelease = d.UnixNano(), false
+			if len(pending) > 0 {
+				if d, ok := tg.nextDeadline(pending); ok && (next < 0 || d < next) {
+					next, isRelease = d, false
+				}
 			}
 			if next < 0 || next > t {
 				return nil
 			}
+			now = max(now, next)
 			if isRelease {
 				rel := heap.Pop(&releases).(release)
-				if res := r.applyAt(&fsm.Release{AllocationID: rel.id}, rel.at); res.Err != nil {
-					return fmt.Errorf("release %s: %w", rel.id, res.Err)
+				if err := tg.release(ctx, rel.id, now); err != nil {
+					return fmt.Errorf("release %s: %w", rel.id, err)
 				}
 				allocated -= rel.demand
-			} else {
-				r.applyAt(&fsm.Tick{}, next)
+			} else if err := tg.tick(ctx, now, pending); err != nil {
+				return err
 			}
-			settle()
-			record(r.now)
+			if err := settle(); err != nil {
+				return err
+			}
+			record()
 		}
 	}
 
 	for i, tt := range order {
-		if opts.Progress != nil && i%1000 == 0 {
+		if opts.Progress != nil && i%100 == 0 {
 			opts.Progress(i, len(order))
 		}
 		at := replayTime(tt.Arrive)
@@ -322,29 +410,28 @@ func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*
 			continue
 		}
 		req.Timeout = opts.Timeout
-		w := waiting{arrive: at, hold: int64(float64(tt.Hold) / speedup), demand: tt.Task.GPUDemand()}
+		now = max(now, at)
+		w := waiting{arrive: now, hold: int64(float64(tt.Hold) / speedup), demand: tt.Task.GPUDemand(), deadline: now + int64(opts.Timeout)}
 		if tt.Hold > 0 && w.hold == 0 {
 			w.hold = 1
 		}
-		out := r.applyAt(&fsm.Allocate{Request: req}, at)
+		out, err := tg.allocate(ctx, req, now)
 		switch {
-		case out.Err == nil && out.Allocation != nil && out.Allocation.Status == fsm.Active:
-			placed(out.Allocation.ID, r.now, w)
-		case out.Err == nil && out.Allocation != nil && out.Allocation.Status == fsm.Pending:
-			pending[out.Allocation.ID] = w
-		case errors.Is(out.Err, fsm.ErrNoCapacity):
+		case err != nil:
+			return nil, fmt.Errorf("task %s: %w", tt.Task.Name, err)
+		case out.refused:
 			res.Refused++
-			var why *fsm.WhyNot
-			if out.Allocation != nil {
-				why = out.Allocation.WhyNot
-			}
-			res.Reasons[ReasonOf(why)]++
+			res.Reasons[ReasonOf(out.why)]++
+		case out.status == fsm.Active:
+			placed(out.id, now, w)
+		case out.status == fsm.Pending:
+			pending[out.id] = w
 		default:
-			return nil, fmt.Errorf("task %s: %v", tt.Task.Name, out.Err)
+			return nil, fmt.Errorf("task %s: allocation %s is %s", tt.Task.Name, out.id, out.status)
 		}
-		record(r.now)
+		record()
 	}
-	lastArrival := r.now
+	lastArrival := now
 	// Drain: every release and deadline still due.
 	if err := advance(1<<62 - 1); err != nil {
 		return nil, err
@@ -353,15 +440,24 @@ func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*
 	if opts.Progress != nil {
 		opts.Progress(len(order), len(order))
 	}
+	summarize(res, waits, steps, lastArrival, now, float64(capacity), opts.Samples)
+	res.Elapsed = time.Since(begin)
+	return res, nil
+}
 
+// summarize fills the wait percentiles, the mean utilisation from replay
+// time 0 to lastArrival and the utilisation samples from 0 to end.
+func summarize(res *TimelineResult, waits []time.Duration, steps []step, lastArrival, end int64, capacity float64, samples int) {
+	if samples <= 0 {
+		samples = 100
+	}
 	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
 	if n := len(waits); n > 0 {
 		res.WaitP50 = waits[(n-1)*50/100]
 		res.WaitP95 = waits[(n-1)*95/100]
 		res.WaitMax = waits[n-1]
 	}
-	end := r.now
-	res.Span = time.Duration(end - start)
+	res.Span = time.Duration(end)
 	pct := func(m int64) float64 { return 100 * float64(m) / capacity }
 	// Time-weighted mean from the first to the last arrival.
 	var area float64
@@ -373,27 +469,25 @@ func Timeline(nodes []trace.Node, tasks []TimelineTask, opts TimelineOptions) (*
 		if i+1 < len(steps) && steps[i+1].at < next {
 			next = steps[i+1].at
 		}
-		if s.at < start {
+		if s.at < 0 {
 			continue
 		}
 		area += pct(s.allocated) * float64(next-s.at)
 	}
-	if lastArrival > start {
-		res.MeanGPU = area / float64(lastArrival-start)
+	if lastArrival > 0 {
+		res.MeanGPU = area / float64(lastArrival)
 	}
 	// Evenly spaced samples of the step function.
 	j := -1
 	for k := 0; k <= samples; k++ {
-		t := start + int64(float64(end-start)*float64(k)/float64(samples))
+		t := int64(float64(end) * float64(k) / float64(samples))
 		for j+1 < len(steps) && steps[j+1].at <= t {
 			j++
 		}
-		s := UtilSample{At: time.Duration(t - start)}
+		s := UtilSample{At: time.Duration(t)}
 		if j >= 0 {
 			s.GPU, s.Queue = pct(steps[j].allocated), steps[j].queue
 		}
 		res.Utilisation = append(res.Utilisation, s)
 	}
-	res.Elapsed = time.Since(begin)
-	return res, nil
 }
