@@ -55,7 +55,9 @@ Usage: dmsc bench [options]
 
   Against a running cluster it removes the hosts it registered at the
   end. With -local N it starts N servers in this process on 127.0.0.1
-  (data in a temporary directory) and stops them at the end.
+  (data in a temporary directory) and stops them at the end; the process
+  then runs the garbage collector as the agent does (GOGC=400 unless GOGC
+  is set).
 
       dmsc bench -local 3 -clients 64 -duration 30s
       dmsc bench -address 10.0.0.11,10.0.0.12,10.0.0.13 -mix alloc=50,read=50`, `
@@ -168,6 +170,8 @@ func (c *benchCommand) Run(args []string) int {
 	nodes := len(addrs)
 	var connections func() int64
 	if local > 0 {
+		// The servers run in this process: tune it as an agent.
+		tuneGC()
 		startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
 		lc, err := bench.StartLocal(startCtx, bench.LocalConfig{Servers: local, InMemory: storage == "memory", Version: version})
 		startCancel()

@@ -42,7 +42,7 @@ func BenchmarkLocalApply(b *testing.B) {
 			// 64 pairs in flight, as `dmsc bench -clients 64`.
 			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 			b.ResetTimer()
-			start := time.Now()
+			start, cpu0 := time.Now(), processCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if err := applyPair(ctx, leader); err != nil {
@@ -52,7 +52,7 @@ func BenchmarkLocalApply(b *testing.B) {
 				}
 			})
 			b.StopTimer() // not the shutdown
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+			reportPairs(b, start, cpu0)
 		})
 	}
 }

@@ -134,7 +134,7 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
-	if r != nil && r.URL.Query().Has("pretty") {
+	if r != nil && r.URL.RawQuery != "" && r.URL.Query().Has("pretty") {
 		enc.SetIndent("", "  ")
 	}
 	_ = enc.Encode(v)

@@ -220,7 +220,9 @@ func (s *Server) wrap(rt route) http.Handler {
 		code := sw.status()
 		d := time.Since(start)
 		s.metrics.observe(label, code, d)
-		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "code", code, "duration", d)
+		if s.log.IsDebug() { // the arguments alone cost allocations per request
+			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "code", code, "duration", d)
+		}
 	})
 }
 
