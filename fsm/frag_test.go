@@ -144,6 +144,19 @@ func TestFragmentationAwarePlacement(t *testing.T) {
 			want:    map[Policy]string{FragmentationAware: "h2: h2-cpu", BestFit: "h1: h1-cpu"},
 		},
 		{
+			// A CPU-only task that leaves one typical task room on either
+			// host: on h1 it would leave CPU for one of its two free GPUs
+			// only; h2 keeps CPU for both. Packing CPU picks h1.
+			name: "CPU task keeps the CPU that free GPUs need",
+			hosts: []*RegisterHost{
+				host("h1", fragCPU("h1-cpu", 16000), fragGPU("h1-g1", "A"), fragGPU("h1-g2", "A")),
+				host("h2", fragCPU("h2-cpu", 40000), fragGPU("h2-g1", "A"), fragGPU("h2-g2", "A")),
+			},
+			typical: []fragTyped{{fragTask(1, 1000, "", 8000), 32}},
+			req:     fragTask(0, 0, "", 8000),
+			want:    map[Policy]string{FragmentationAware: "h2: h2-cpu", BestFit: "h1: h1-cpu"},
+		},
+		{
 			// A CPU-only task that strands no GPU on either host goes where
 			// the GPUs are taken, keeping the CPU next to the free GPUs for
 			// the GPU tasks; packing CPU alone would pick h2.
