@@ -554,12 +554,16 @@ func (c *fragCache) fragOf(devs []fragDev, span *fragSpans) float64 {
 	}
 	for k := range c.claims {
 		fc := &c.claims[k]
+		// A claim of several devices counts whole sets of them; one of a
+		// single device counts the copies each device can serve.
 		n, usable, copies := 0, 0.0, 0.0
 		for i := span[fc.typ][0]; i < span[fc.typ][1]; i++ {
 			if c.canTake(&devs[i], fc) {
 				n++
 				usable += devs[i].unit
-				copies += devs[i].copies(fc)
+				if fc.count <= 1 {
+					copies += devs[i].copies(fc)
+				}
 			}
 		}
 		if fc.count > 1 {

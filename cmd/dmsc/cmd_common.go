@@ -130,15 +130,9 @@ func (c *apiCommand) usageError(name, format string, args ...any) int {
 
 // client returns an API client for -address.
 func (c *apiCommand) client() (*client.Client, error) {
-	var addrs []string
-	for _, a := range strings.Split(c.address, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
 	// A few quick retries ride out a leader election; a node that is not
 	// there fails the command within seconds.
-	return client.New(client.Config{Addresses: addrs, Token: c.token, MaxRetries: 5, RetryWaitMax: time.Second})
+	return client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, MaxRetries: 5, RetryWaitMax: time.Second})
 }
 
 // context ends on Ctrl-C, so that a waiting request can be abandoned.

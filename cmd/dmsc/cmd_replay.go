@@ -523,9 +523,15 @@ type liveConfig struct {
 	local  int
 	memory bool
 	// address says -address was given: one run against that cluster,
-	// named name.
+	// named name, through client (both set by announce).
 	address bool
 	name    string
+	client  *client.Client
+}
+
+// clusterClient is a client for the cluster at addrs.
+func (c *replayCommand) clusterClient(addrs []string) (*client.Client, error) {
+	return client.New(client.Config{Addresses: addrs, Token: c.token, Timeout: 10 * time.Second})
 }
 
 // runName is a fresh name for a run on a cluster: replay-<8 hex digits>.
@@ -544,11 +550,11 @@ func (c *replayCommand) announce(ctx context.Context, lv *liveConfig, progress i
 		fmt.Fprintf(progress, "replay: each run on a fresh cluster of %d servers in this process (Raft log on %s)\n", lv.local, storage)
 		return nil
 	}
-	cl, err := client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, Timeout: 10 * time.Second})
+	cl, err := c.clusterClient(splitAddresses(c.address))
 	if err != nil {
 		return err
 	}
-	lv.name = runName()
+	lv.client, lv.name = cl, runName()
 	fmt.Fprintf(progress, "replay: run %s (hosts %s-*, pool %s) on %s\n", lv.name, lv.name, lv.name, strings.Join(cl.Addresses(), ", "))
 	warn, err := notFresh(ctx, cl)
 	if err != nil {
@@ -571,7 +577,7 @@ const closeGrace = 250 * time.Millisecond
 // lv.local servers in this process, stopped afterwards, or the cluster at
 // -address, which the run cleans up after itself.
 func (c *replayCommand) withCluster(ctx context.Context, lv liveConfig, fn func(replay.Live) error) (err error) {
-	addrs := splitAddresses(c.address)
+	cl := lv.client
 	if lv.local > 0 {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
 		lc, serr := bench.StartLocal(sctx, bench.LocalConfig{Servers: lv.local, InMemory: lv.memory, Version: version})
@@ -586,11 +592,9 @@ func (c *replayCommand) withCluster(ctx context.Context, lv liveConfig, fn func(
 				err = errors.Join(err, fmt.Errorf("stopping the local cluster: %w", cerr))
 			}
 		}()
-		addrs = lc.Addresses
-	}
-	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, Timeout: 10 * time.Second})
-	if err != nil {
-		return err
+		if cl, err = c.clusterClient(lc.Addresses); err != nil {
+			return err
+		}
 	}
 	name := lv.name
 	if name == "" {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -326,21 +328,17 @@ func (lt *liveTarget) cleanup() error {
 	defer cancel()
 	cl := lt.lv.Client
 	var errs []error
-	each := func(ids map[string]bool, list []string, fn func(context.Context, string) error) {
-		for id := range ids {
-			list = append(list, id)
-		}
-		sort.Strings(list)
+	// each calls fn for the ids, cleanupParallel at a time.
+	each := func(ids []string, fn func(context.Context, string) error) {
 		var (
 			mu  sync.Mutex
 			wg  sync.WaitGroup
 			sem = make(chan struct{}, cleanupParallel)
 		)
-		for _, id := range list {
+		for _, id := range ids {
 			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
+			wg.Go(func() {
+				defer func() { <-sem }()
 				octx, ocancel := lt.op(ctx)
 				defer ocancel()
 				if err := fn(octx, id); err != nil {
@@ -348,11 +346,11 @@ func (lt *liveTarget) cleanup() error {
 					errs = append(errs, err)
 					mu.Unlock()
 				}
-			}()
+			})
 		}
 		wg.Wait()
 	}
-	each(lt.pending, nil, func(ctx context.Context, id string) error {
+	each(slices.Sorted(maps.Keys(lt.pending)), func(ctx context.Context, id string) error {
 		_, _, err := cl.Cancel(ctx, id)
 		if errors.Is(err, client.ErrConflict) {
 			// Placed since: release it.
@@ -363,13 +361,13 @@ func (lt *liveTarget) cleanup() error {
 		}
 		return nil
 	})
-	each(lt.active, nil, func(ctx context.Context, id string) error {
+	each(slices.Sorted(maps.Keys(lt.active)), func(ctx context.Context, id string) error {
 		if _, _, err := cl.Release(ctx, id); err != nil && !errors.Is(err, client.ErrNotActive) {
 			return fmt.Errorf("release %s: %w", id, err)
 		}
 		return nil
 	})
-	each(nil, lt.hosts, func(ctx context.Context, id string) error {
+	each(slices.Sorted(slices.Values(lt.hosts)), func(ctx context.Context, id string) error {
 		if _, err := cl.RemoveHost(ctx, id); err != nil && !errors.Is(err, client.ErrNotFound) {
 			return fmt.Errorf("remove host %s: %w", id, err)
 		}
