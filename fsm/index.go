@@ -433,20 +433,25 @@ func (s *State) loadHost(h *Host, t DeviceType, l *hostLoad) {
 
 // normOf returns the largest device capacity per dimension for a type,
 // used to put dimensions on one scale.
+// commonScale is the largest capacity of each dimension among classes.
+func commonScale(classes []*class) vec {
+	var n vec
+	for _, c := range classes {
+		for i, x := range c.caps {
+			if x > n[i] {
+				n[i] = x
+			}
+		}
+	}
+	return n
+}
+
 func (s *State) normOf(t DeviceType) vec {
 	if s.idx.normDirty {
 		old := s.idx.norm
 		s.idx.norm = map[DeviceType]vec{}
 		for typ, list := range s.idx.byType {
-			var n vec
-			for _, c := range list {
-				for i, x := range c.caps {
-					if x > n[i] {
-						n[i] = x
-					}
-				}
-			}
-			s.idx.norm[typ] = n
+			s.idx.norm[typ] = commonScale(list)
 		}
 		s.idx.normDirty = false
 		for _, typ := range DeviceTypes {

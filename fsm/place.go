@@ -806,6 +806,13 @@ func (s *State) hostLeftover(h *Host, r *Request, ov *overlay) float64 {
 
 // freeScore is a device's free capacity on the type's common scale.
 func (s *State) freeScore(d *Device, ov *overlay) float64 {
+	return freeOnScale(d, ov, s.normOf(d.Type))
+}
+
+// freeOnScale is a device's free capacity, with the overlay's changes
+// applied, in units of norm (its type's common scale): the sum over the
+// dimensions of free / norm; 0 for a whole device that is taken.
+func freeOnScale(d *Device, ov *overlay, norm vec) float64 {
 	used, n := d.Used.vec(), len(d.Allocations)
 	if ov != nil {
 		used = used.add(ov.used[d.ID])
@@ -814,10 +821,8 @@ func (s *State) freeScore(d *Device, ov *overlay) float64 {
 	if !d.cls.shareable && n > 0 {
 		return 0
 	}
-	norm := s.normOf(d.Type)
-	free := d.cls.caps.sub(used)
 	w := 0.0
-	for i, x := range free {
+	for i, x := range d.cls.caps.sub(used) {
 		if norm[i] > 0 && x > 0 {
 			w += x / norm[i]
 		}

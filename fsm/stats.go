@@ -415,13 +415,7 @@ func newFragMeasure(s *State, t DeviceType) *fragMeasure {
 func (m *fragMeasure) norm(t DeviceType) vec {
 	n, ok := m.norms[t]
 	if !ok {
-		for _, c := range m.s.idx.byType[t] {
-			for i, x := range c.caps {
-				if x > n[i] {
-					n[i] = x
-				}
-			}
-		}
+		n = commonScale(m.s.idx.byType[t])
 		m.norms[t] = n
 	}
 	return n
@@ -430,22 +424,7 @@ func (m *fragMeasure) norm(t DeviceType) vec {
 // free is a device's free capacity on its type's common scale, with the
 // overlay's changes applied.
 func (m *fragMeasure) free(d *Device, ov *overlay) float64 {
-	used, n := d.Used.vec(), len(d.Allocations)
-	if ov != nil {
-		used = used.add(ov.used[d.ID])
-		n += ov.n[d.ID]
-	}
-	if !d.cls.shareable && n > 0 {
-		return 0
-	}
-	norm := m.norm(d.Type)
-	w := 0.0
-	for i, x := range d.cls.caps.sub(used) {
-		if norm[i] > 0 && x > 0 {
-			w += x / norm[i]
-		}
-	}
-	return w
+	return freeOnScale(d, ov, m.norm(d.Type))
 }
 
 // classesFor returns, per claim of a shape, the classes that pass its
