@@ -91,12 +91,12 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	a.Policy = pc.Policy
 	s.shapes.add(&a.Request)
 
-	if p := s.place(&a.Request, pc, nil); p != nil {
+	if p := s.place(&a.Request, pc); p != nil {
 		s.allocs[a.ID] = a
 		s.activate(a, p)
 		return Result{Allocation: a.clone()}
 	}
-	if pc.Policy == PriorityBased {
+	if definition(pc.Policy).preempts {
 		if victims, p := s.preempt(a, pc); p != nil {
 			s.allocs[a.ID] = a
 			for _, v := range victims {
@@ -150,7 +150,7 @@ func (s *State) activate(a *Allocation, p *placement) {
 		a.LeaseExpiresAt = s.now + int64(a.Request.LeaseTTL)
 		s.timers.ReplaceOrInsert(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
 	}
-	if a.Policy == RoundRobin {
+	if definition(a.Policy).cursor {
 		for _, as := range p.assign {
 			if as.Claim == 0 {
 				s.cursors[a.Request.Claims[0].Type] = as.DeviceID
@@ -268,7 +268,7 @@ func (s *State) kickQueue() {
 			// times it out. Placing it now would leak the devices.
 			continue
 		}
-		if p := s.place(&a.Request, s.requestPolicy(&a.Request), nil); p != nil {
+		if p := s.place(&a.Request, s.requestPolicy(&a.Request)); p != nil {
 			s.activate(a, p)
 		}
 	}

@@ -23,7 +23,8 @@ type ClaimWhyNot struct {
 	Claim int        `json:"claim"`
 	Type  DeviceType `json:"type"`
 	Count int        `json:"count"`
-	// Removed says how many devices each filter removed, in filter order.
+	// Removed says how many devices each filter removed, in the order
+	// the filters run (filter.go), alike reasons of one filter by name.
 	Removed []Reason `json:"removed"`
 	// Fitting devices passed every filter.
 	Fitting int `json:"fitting"`
@@ -39,71 +40,62 @@ type Reason struct {
 	Count  int    `json:"count"`
 }
 
-// filterRank orders reasons as the filter chain runs.
-func filterRank(r string) int {
-	for i, p := range []string{"type", "pool", "host down", "status", "capability", "custom", "required label", "forbidden label", "amount larger", "in use"} {
-		if strings.HasPrefix(r, p) {
-			return i
-		}
-	}
-	return 99
+// drop is what removed a device: the index of the filter in the chain
+// (static filters first, then the device filters) and its reason.
+type drop struct {
+	filter int
+	reason string
 }
 
-// deviceReason says why device d cannot serve claim i now, or "". static
-// memoizes the static filters' verdict per class for this claim.
-func (s *State) deviceReason(d *Device, r *Request, i int, static map[*class]string) string {
-	cl := &r.Claims[i]
-	why, ok := static[d.cls]
-	if !ok {
-		why = staticFit(d.cls, cl, r.claimPool(i), &r.Labels)
-		static[d.cls] = why
-	}
-	if why != "" {
-		return why
-	}
-	if h := s.hosts[d.Host]; h == nil || !h.Up {
-		return "host down (device offline)"
-	}
-	if d.Status != Available {
-		return "status " + string(d.Status)
-	}
-	amt, whole := take(d.cls, cl)
-	if !s.fits(d, amt, whole, nil) {
-		return "in use (not enough free capacity)"
-	}
-	return ""
-}
-
-// explain computes the why-not of a request that cannot be placed now.
-// It scans every device once; it runs only on refusals.
+// explain computes the why-not of a request that cannot be placed now: it
+// runs the filter chain over every device, claim by claim, and counts
+// what each filter dropped. It runs only on refusals.
 func (s *State) explain(r *Request) *WhyNot {
 	w := &WhyNot{Devices: len(s.devices), Hosts: len(s.hosts)}
 	perHost := make([]map[string]int, len(r.Claims))
 	for i := range r.Claims {
-		counts := map[string]int{}
+		f := claimFilter{cl: &r.Claims[i], pool: r.claimPool(i), sel: &r.Labels}
+		drops := map[drop]int{}
+		static := map[*class]drop{}
 		perHost[i] = map[string]int{}
 		fitting := 0
-		static := map[*class]string{}
 		for _, d := range s.devices { // counting only: order does not matter
-			if why := s.deviceReason(d, r, i, static); why != "" {
-				counts[why]++
+			dr, ok := static[d.cls]
+			if !ok {
+				dr.filter, dr.reason = staticFit(d.cls, &f)
+				static[d.cls] = dr
+			}
+			for j := 0; dr.filter < 0 && j < len(deviceFilters); j++ {
+				if why := deviceFilters[j](s, d, f.cl); why != "" {
+					dr = drop{filter: len(staticFilters) + j, reason: why}
+				}
+			}
+			if dr.filter >= 0 {
+				drops[dr]++
 				continue
 			}
 			fitting++
 			perHost[i][d.Host]++
 		}
-		cw := ClaimWhyNot{Claim: i, Type: r.Claims[i].Type, Count: r.Claims[i].Count, Fitting: fitting, HostsWithSome: len(perHost[i])}
+		cw := ClaimWhyNot{Claim: i, Type: f.cl.Type, Count: f.cl.Count, Fitting: fitting, HostsWithSome: len(perHost[i])}
 		for _, n := range perHost[i] {
-			if n >= r.Claims[i].Count {
+			if n >= f.cl.Count {
 				cw.HostsWithEnough++
 			}
 		}
-		for _, k := range sortedKeys(counts) {
-			cw.Removed = append(cw.Removed, Reason{Reason: k, Count: counts[k]})
+		order := make([]drop, 0, len(drops))
+		for dr := range drops {
+			order = append(order, dr)
 		}
-		sort.SliceStable(cw.Removed, func(a, b int) bool {
-			return filterRank(cw.Removed[a].Reason) < filterRank(cw.Removed[b].Reason)
+		sort.Slice(order, func(a, b int) bool {
+			if order[a].filter != order[b].filter {
+				return order[a].filter < order[b].filter
+			}
+			return order[a].reason < order[b].reason
 		})
+		for _, dr := range order {
+			cw.Removed = append(cw.Removed, Reason{Reason: dr.reason, Count: drops[dr]})
+		}
 		w.Claims = append(w.Claims, cw)
 	}
 	// Hosts with enough devices for every claim on its own.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -337,7 +338,7 @@ func (c *fragCache) classOK(fc *fragClaim, id int32) bool {
 		fc.ok = append(fc.ok, 0)
 	}
 	fc.ok[id] = 2
-	if staticFit(c.classList[id], &fc.claim, fc.claim.Pool, &LabelSelector{}) == "" {
+	if passes(c.classList[id], &fc.claim, fc.claim.Pool, &LabelSelector{}) {
 		fc.ok[id] = 1
 	}
 	return fc.ok[id] == 1
@@ -884,7 +885,7 @@ func (s *State) placeFrag(r *Request, fits [][]*class) *placement {
 	// Few candidate hosts: walk those; otherwise walk every host.
 	n := 0
 	for _, cl := range fits[0] {
-		n += len(cl.hostFree)
+		n += len(cl.onHost)
 	}
 	if n*8 < len(c.hosts) {
 		for _, hid := range candidateHosts(fits[0]) {
@@ -911,9 +912,9 @@ func (s *State) placeFrag(r *Request, fits [][]*class) *placement {
 			amt, whole := take(d.cls, cl)
 			if !s.fits(d, amt, whole, ov) {
 				// The cache disagrees with the state: drop it and
-				// place without it.
+				// place afresh.
 				s.idx.frag = fragCache{}
-				return s.placeOnHosts(r, BestFit, fits, nil, nil)
+				return s.placeFrag(r, fits)
 			}
 			ov.add(d.ID, amt, 1)
 			p.assign = append(p.assign, Assignment{DeviceID: d.ID, Claim: i, Amount: amt.resources()})
@@ -934,46 +935,24 @@ func (s *State) fragDelta(h *Host, r *Request, before, after *overlay) float64 {
 	return fragRound(c.fragOf(a, &sa) - c.fragOf(b, &sb))
 }
 
-// unusable is the free capacity of type t on h that shape sh could not
-// use, on the type's common scale: all of it when the shape does not fit
-// on h, else that of the devices of type t that cannot take its claim.
-func (s *State) unusable(h *Host, t DeviceType, sh *Shape, ov *overlay) float64 {
-	free := 0.0
-	for _, id := range h.Devices {
-		d := s.devices[id]
-		if d.Type == t && d.Status == Available {
-			free += s.freeScore(d, ov)
-		}
-	}
-	if free == 0 {
-		return 0
-	}
-	r := &Request{Claims: sh.Claims}
-	fits := s.fitting(r)
-	for _, f := range fits {
-		if len(f) == 0 {
-			return free
-		}
-	}
-	if _, local := s.evalHost(h, r, BestFit, fits, ov); local == nil {
-		return free
-	}
-	frag := 0.0
-	for i, cl := range sh.Claims {
-		if cl.Type != t {
-			continue
-		}
-		for _, id := range h.Devices {
-			d := s.devices[id]
-			if d.Type != t || d.Status != Available {
-				continue
-			}
-			amt, whole := take(d.cls, &sh.Claims[i])
-			if !containsClass(fits[i], d.cls) || !s.fits(d, amt, whole, ov) {
-				frag += s.freeScore(d, ov)
+// leastFragmenting is the FragmentationAware placer.
+type leastFragmenting struct{}
+
+func (leastFragmenting) place(s *State, q *query) *placement { return s.placeFrag(q.r, q.fits) }
+
+func (leastFragmenting) onHost(s *State, h *Host, q *query, ov *overlay) []Assignment { return nil }
+
+// candidateHosts lists, in ID order, the hosts with a free device in any of
+// the classes.
+func candidateHosts(classes []*class) []string {
+	var out []string
+	for _, c := range classes {
+		for id, ch := range c.onHost {
+			if ch.n > 0 {
+				out = append(out, id)
 			}
 		}
-		break
 	}
-	return frag
+	sort.Strings(out)
+	return slices.Compact(out)
 }

@@ -346,7 +346,7 @@ func fragReference(s *State, r *Request) (float64, bool) {
 			}
 			rest := &Request{Claims: r.Claims[1:]}
 			if len(rest.Claims) > 0 {
-				assign, local := s.evalHost(h, rest, BestFit, fits[1:], ov)
+				assign, local := s.takeOnHost(h, s.newQuery(rest, fits[1:]), devicesLeastWaste, ov)
 				if assign == nil {
 					continue
 				}

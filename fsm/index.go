@@ -43,14 +43,16 @@ type class struct {
 	// free holds schedulable devices with free capacity, by ID.
 	free *btree.BTreeG[string]
 	// byFree holds the same devices by free capacity on the type's
-	// common scale, shareKey (shareable classes only).
+	// common scale (shareable classes only).
 	byFree *btree.BTreeG[freeKey]
-	// hosts holds the hosts with at least one device in free.
-	hosts    *btree.BTreeG[string]
-	hostFree map[string]int
-	// mark equals index.mark while the class is in the set a placement
-	// is working with (a membership test without a map).
-	mark uint64
+	// onHost counts, per host, the host's devices in free; ranks file the
+	// hosts with some, per host rank in use (hostindex.go).
+	onHost map[string]*classHost
+	ranks  [maxHostRanks]*rankBuckets
+	// mark equals the query's mark while the class passes the static
+	// filters of a claim of the query; claims has bit i set for claim i.
+	mark   uint64
+	claims uint32
 	// freeVer counts changes to free; next remembers the last search for
 	// the first free ID after another, valid while freeVer is unchanged.
 	freeVer uint64
@@ -84,9 +86,8 @@ func newClass(key string, d *Device) *class {
 	c := &class{
 		key: key, typ: d.Type, pool: d.Pool, shareable: d.Shareable,
 		caps: d.Capabilities.vec(), custom: d.Capabilities.Custom, labels: d.Labels,
-		free:     btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
-		hosts:    btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
-		hostFree: map[string]int{},
+		free:   btree.NewG(btreeDegree, func(a, b string) bool { return a < b }),
+		onHost: map[string]*classHost{},
 	}
 	c.primary = -1
 	for _, i := range []int{1, 0, 2, 3} {
@@ -103,12 +104,8 @@ func newClass(key string, d *Device) *class {
 
 // hostLoad is a host's utilisation of one device type.
 type hostLoad struct {
-	n      int
-	used   float64
-	inTree bool
-	key    loadKey
-	// dirty is set while the host waits in index.loadDirty.
-	dirty bool
+	n    int
+	used float64
 	// devs are the host's devices of the type in ID order, while devsOK.
 	devs   []*Device
 	devsOK bool
@@ -139,32 +136,13 @@ func (s *State) hostDevicesChanged(h *Host) {
 	}
 }
 
-// dirtyLoad is a host whose place in the load order of a type is stale.
-type dirtyLoad struct {
-	h *Host
-	t DeviceType
-}
-
-type loadKey struct {
-	util float64
-	host string
-}
-
-func loadKeyLess(a, b loadKey) bool {
-	if a.util != b.util {
-		return a.util < b.util
-	}
-	return a.host < b.host
-}
-
 // index is the derived lookup state.
 type index struct {
 	classes map[string]*class
 	byType  map[DeviceType][]*class
-	// load orders up hosts by utilisation, per type; read it through
-	// loadTree, which first applies loadDirty.
-	load      map[DeviceType]*btree.BTreeG[loadKey]
-	loadDirty []dirtyLoad
+	// hosts and dirtyHosts are the host index's records (hostindex.go).
+	hosts      map[string]*hostEntry
+	dirtyHosts []*hostEntry
 	// norm is the largest device capacity per type and dimension.
 	norm      map[DeviceType]vec
 	normDirty bool
@@ -175,8 +153,11 @@ type index struct {
 	fit map[string][]*class
 	// frag is FragmentationAware's cache of hosts and typical requests.
 	frag fragCache
-	// first is a reusable iterator for ID trees.
-	first firstItem
+	// Reusable tree visitors and scratch space.
+	first     firstItem
+	firstHost firstHostKey
+	walk      []hostSource
+	cands     []rankedDevice
 }
 
 // firstItem is a tree iterator that keeps the first item it is given; it
@@ -191,7 +172,7 @@ func newIndex() *index {
 	idx := &index{
 		classes: map[string]*class{},
 		byType:  map[DeviceType][]*class{},
-		load:    map[DeviceType]*btree.BTreeG[loadKey]{},
+		hosts:   map[string]*hostEntry{},
 		norm:    map[DeviceType]vec{},
 	}
 	f := &idx.first
@@ -199,21 +180,12 @@ func newIndex() *index {
 		f.id, f.ok = id, true
 		return false
 	}
-	return idx
-}
-
-// freeAfter is the first ID in c's free set after the given one (not
-// empty); pivot is after+"\x00". While the set is unchanged, the answer
-// for a later after that is still below the last answer is that answer:
-// the RoundRobin cursor only moves forward, so most classes need no search.
-func (s *State) freeAfter(c *class, after, pivot string) (string, bool) {
-	n := &c.next
-	if n.valid && n.ver == c.freeVer && n.after <= after && (!n.ok || after < n.id) {
-		return n.id, n.ok
+	fh := &idx.firstHost
+	fh.visit = func(k hostKey) bool {
+		fh.key, fh.ok = k, true
+		return false
 	}
-	id, ok := s.firstFrom(c.free, pivot)
-	*n = nextFree{valid: true, ver: c.freeVer, after: after, id: id, ok: ok}
-	return id, ok
+	return idx
 }
 
 // firstFrom is the first ID in t at or after pivot.
@@ -296,32 +268,33 @@ func (s *State) removeClassDevice(d *Device) {
 	d.cls = nil
 }
 
-// unindex removes a device from the free sets and its host's load, before
-// the device or its host changes.
+// unindex removes a device from the free sets, before the device or its
+// host changes.
 func (s *State) unindex(d *Device) {
 	s.markFragStale(d.Host)
-	if d.indexed {
-		c := d.cls
-		c.free.Delete(d.ID)
-		c.freeVer++
-		if c.byFree != nil {
-			c.byFree.Delete(freeKey{d.idxFree, d.ID})
-		}
-		c.hostFree[d.Host]--
-		if c.hostFree[d.Host] <= 0 {
-			delete(c.hostFree, d.Host)
-			c.hosts.Delete(d.Host)
-		}
-		d.indexed = false
+	s.markHostDirty(d.Host)
+	if !d.indexed {
+		return
 	}
-	if h := s.hosts[d.Host]; h != nil {
-		s.markLoadDirty(h, d.Type)
+	c := d.cls
+	c.free.Delete(d.ID)
+	c.freeVer++
+	if c.byFree != nil {
+		c.byFree.Delete(freeKey{d.idxFree, d.ID})
 	}
+	if ch := c.onHost[d.Host]; ch != nil {
+		ch.n--
+		if ch.n == 0 && ch.bucket == 0 {
+			delete(c.onHost, d.Host)
+		}
+	}
+	d.indexed = false
 }
 
 // reindex adds a device back after a change.
 func (s *State) reindex(d *Device) {
 	s.markFragStale(d.Host)
+	s.markHostDirty(d.Host)
 	if h := s.hosts[d.Host]; h != nil {
 		s.refreshLoad(h, d.Type)
 	}
@@ -330,17 +303,19 @@ func (s *State) reindex(d *Device) {
 	}
 	c := d.cls
 	if c.byFree != nil {
-		d.idxFree = shareKey(d.Free().vec(), s.normOf(d.Type))
+		d.idxFree = onScale(d.Free().vec(), s.normOf(d.Type))
 	}
 	c.free.ReplaceOrInsert(d.ID)
 	c.freeVer++
 	if c.byFree != nil {
 		c.byFree.ReplaceOrInsert(freeKey{d.idxFree, d.ID})
 	}
-	if c.hostFree[d.Host] == 0 {
-		c.hosts.ReplaceOrInsert(d.Host)
+	ch := c.onHost[d.Host]
+	if ch == nil {
+		ch = &classHost{}
+		c.onHost[d.Host] = ch
 	}
-	c.hostFree[d.Host]++
+	ch.n++
 	d.indexed = true
 }
 
@@ -357,8 +332,7 @@ func (s *State) hostLoadOf(h *Host, t DeviceType) *hostLoad {
 }
 
 // refreshLoad recomputes a host's load for a type from its devices (sums
-// are never carried along, so a restored state ranks hosts identically)
-// and marks its place in the load order stale.
+// are never carried along, so a restored state ranks hosts identically).
 func (s *State) refreshLoad(h *Host, t DeviceType) {
 	l := s.hostLoadOf(h, t)
 	l.n, l.used = 0, 0
@@ -366,74 +340,10 @@ func (s *State) refreshLoad(h *Host, t DeviceType) {
 		l.n++
 		l.used += deviceUtil(d)
 	}
-	s.markLoadDirty(h, t)
 }
 
-// markLoadDirty notes that a host's place in the load order of a type may
-// be stale. The order is brought up to date when it is read (loadTree),
-// so the allocations and releases in between cost no tree updates.
-func (s *State) markLoadDirty(h *Host, t DeviceType) {
-	l := s.hostLoadOf(h, t)
-	if l.dirty {
-		return
-	}
-	l.dirty = true
-	s.idx.loadDirty = append(s.idx.loadDirty, dirtyLoad{h, t})
-	if len(s.idx.loadDirty) > 4*len(s.hosts)+1024 {
-		// Removed hosts wait here too: keep the list bounded.
-		s.flushLoad()
-	}
-}
-
-// flushLoad puts every host marked dirty back in the load order with its
-// current load, or leaves it out if it was removed or is down.
-func (s *State) flushLoad() {
-	for _, x := range s.idx.loadDirty {
-		l := x.h.load[x.t]
-		l.dirty = false
-		s.unloadHost(x.h, x.t, l)
-		if s.hosts[x.h.ID] == x.h {
-			s.loadHost(x.h, x.t, l)
-		}
-	}
-	clear(s.idx.loadDirty)
-	s.idx.loadDirty = s.idx.loadDirty[:0]
-}
-
-// loadTree is the order of up hosts with devices of type t by
-// utilisation, least first; nil if there are none yet. Read it only
-// through here.
-func (s *State) loadTree(t DeviceType) *btree.BTreeG[loadKey] {
-	if len(s.idx.loadDirty) > 0 {
-		s.flushLoad()
-	}
-	return s.idx.load[t]
-}
-
-func (s *State) unloadHost(h *Host, t DeviceType, l *hostLoad) {
-	if l.inTree {
-		s.idx.load[t].Delete(l.key)
-		l.inTree = false
-	}
-}
-
-func (s *State) loadHost(h *Host, t DeviceType, l *hostLoad) {
-	if !h.Up || l.n <= 0 {
-		return
-	}
-	tree := s.idx.load[t]
-	if tree == nil {
-		tree = btree.NewG(btreeDegree, loadKeyLess)
-		s.idx.load[t] = tree
-	}
-	l.key = loadKey{util: l.used / float64(l.n), host: h.ID}
-	tree.ReplaceOrInsert(l.key)
-	l.inTree = true
-}
-
-// normOf returns the largest device capacity per dimension for a type,
-// used to put dimensions on one scale.
-// commonScale is the largest capacity of each dimension among classes.
+// commonScale is the largest capacity of each dimension among classes:
+// the scale that puts a type's dimensions on one footing.
 func commonScale(classes []*class) vec {
 	var n vec
 	for _, c := range classes {
@@ -446,33 +356,34 @@ func commonScale(classes []*class) vec {
 	return n
 }
 
+// normOf returns a type's common scale.
 func (s *State) normOf(t DeviceType) vec {
-	if s.idx.normDirty {
-		old := s.idx.norm
-		s.idx.norm = map[DeviceType]vec{}
-		for typ, list := range s.idx.byType {
-			s.idx.norm[typ] = commonScale(list)
-		}
-		s.idx.normDirty = false
-		for _, typ := range DeviceTypes {
-			if s.idx.norm[typ] != old[typ] {
-				s.rekeyShares(typ)
-			}
-		}
-	}
+	s.syncNorms()
 	return s.idx.norm[t]
 }
 
-// shareKey is free capacity on the type's common scale: the sum over
-// dimensions of free/norm, the measure BestFit and WorstFit rank by.
-func shareKey(free, norm vec) float64 {
-	k := 0.0
-	for i, x := range free {
-		if norm[i] > 0 && x > 0 {
-			k += x / norm[i]
+// syncNorms recomputes the common scales after the classes changed; a
+// scale that moved rekeys the type's shares and refiles every host.
+func (s *State) syncNorms() {
+	if !s.idx.normDirty {
+		return
+	}
+	old := s.idx.norm
+	s.idx.norm = map[DeviceType]vec{}
+	for typ, list := range s.idx.byType {
+		s.idx.norm[typ] = commonScale(list)
+	}
+	s.idx.normDirty = false
+	moved := false
+	for _, typ := range DeviceTypes {
+		if s.idx.norm[typ] != old[typ] {
+			s.rekeyShares(typ)
+			moved = true
 		}
 	}
-	return roundScore(k)
+	if moved {
+		s.markAllHostsDirty()
+	}
 }
 
 // rekeyShares recomputes the keys of a type's shareable devices after the
@@ -491,18 +402,8 @@ func (s *State) rekeyShares(t DeviceType) {
 		c.byFree.Clear(false)
 		for _, id := range ids {
 			d := s.devices[id]
-			d.idxFree = shareKey(d.Free().vec(), norm)
+			d.idxFree = onScale(d.Free().vec(), norm)
 			c.byFree.ReplaceOrInsert(freeKey{d.idxFree, id})
 		}
 	}
-}
-
-// markClasses marks the classes of a list, so that c.mark == the returned
-// value tells whether c is in it, until the next call.
-func (s *State) markClasses(list []*class) uint64 {
-	s.idx.mark++
-	for _, c := range list {
-		c.mark = s.idx.mark
-	}
-	return s.idx.mark
 }

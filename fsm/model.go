@@ -108,6 +108,16 @@ func (v vec) covers(o vec) bool {
 	return true
 }
 
+// anyAbove reports whether some dimension of v exceeds x.
+func (v vec) anyAbove(x float64) bool {
+	for i := range v {
+		if v[i] > x {
+			return true
+		}
+	}
+	return false
+}
+
 func (r Resources) valid() bool {
 	for _, x := range r.vec() {
 		if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {

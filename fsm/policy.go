@@ -18,13 +18,65 @@ const (
 var Policies = []Policy{FirstFit, BestFit, WorstFit, RoundRobin, PriorityBased, LoadBalanced, FragmentationAware}
 
 // Valid reports whether p is a known policy.
-func (p Policy) Valid() bool {
-	for _, k := range Policies {
-		if k == p {
-			return true
-		}
+func (p Policy) Valid() bool { return policyDefs[p] != nil }
+
+// policyDef is everything a policy decides. Placement runs the same
+// filter chain for every policy (filter.go); the policy only ranks what
+// passed, through one of two placers:
+//
+//   - inOrder walks hosts in a host order and takes the first host that
+//     can take the whole request; on it, each claim takes the host's
+//     fitting devices in a device order. A one-device request may instead
+//     take the first fitting device of the whole cluster in the device
+//     order (global), found through the class index.
+//   - leastFragmenting scores every host that can take the request and
+//     takes the one whose fragmentation rises least (frag*.go).
+//
+// Ties always go to the lower host ID, then the lower device ID.
+type policyDef struct {
+	place placer
+	// cursor: a placement moves the type's cursor to the device its first
+	// claim took; the cursor orders read it.
+	cursor bool
+	// preempts: a request that fits nowhere may end allocations of lower
+	// priority (by at least the policy's gap) to make room (preempt.go).
+	preempts bool
+}
+
+// policyDefs defines each policy once. The orders they are built from are
+// in orders.go; a policy that needs a new order adds it there.
+var policyDefs = map[Policy]*policyDef{
+	// FirstFit: the fitting device with the lowest ID; for larger requests
+	// the host with the lowest ID that can take them, devices by ID.
+	FirstFit: {place: inOrder{hosts: hostsByID, devices: devicesByID, global: true}},
+	// RoundRobin: as FirstFit, but starting after the device (host) the
+	// type's last placement took, wrapping around.
+	RoundRobin: {place: inOrder{hosts: hostsAfterCursor, devices: devicesAfterCursor, global: true}, cursor: true},
+	// BestFit: the fitting device that leaves the least capacity unused;
+	// for larger requests the host with the least free capacity (every
+	// type counted) that can take them, each claim on the devices it
+	// wastes least.
+	BestFit: {place: inOrder{hosts: hostsLeastFree, devices: devicesLeastWaste, global: true}},
+	// WorstFit: the reverse of BestFit.
+	WorstFit: {place: inOrder{hosts: hostsMostFree, devices: devicesMostWaste, global: true}},
+	// PriorityBased: places as BestFit; a request that fits nowhere may
+	// preempt. (The queue serves every policy by priority.)
+	PriorityBased: {place: inOrder{hosts: hostsLeastFree, devices: devicesLeastWaste, global: true}, preempts: true},
+	// LoadBalanced: the host least utilised in the request's first type,
+	// then its least used devices, for every request size.
+	LoadBalanced: {place: inOrder{hosts: hostsLeastUtilised, devices: devicesLeastUsed}},
+	// FragmentationAware: where the cluster's free capacity fragments
+	// least under the typical recent requests (after FGD, ATC'23).
+	FragmentationAware: {place: leastFragmenting{}},
+}
+
+// definition returns a policy's definition; an unknown policy (refused
+// before it reaches the state) places as FirstFit.
+func definition(p Policy) *policyDef {
+	if d := policyDefs[p]; d != nil {
+		return d
 	}
-	return false
+	return policyDefs[FirstFit]
 }
 
 // DefaultPreemptionGap is how much lower a victim's priority must be under

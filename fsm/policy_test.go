@@ -900,7 +900,8 @@ func TestHostDown(t *testing.T) {
 		t.Fatal("h1 reads up")
 	}
 	w := polWhyNot(t, h.apply(&Allocate{Request: polGPU(40)}).Err)
-	want := []Reason{{Reason: "host down (device offline)", Count: 1}, {Reason: "capability memory_gb too small", Count: 1}}
+	// Static filters run first, in chain order: capability, then host.
+	want := []Reason{{Reason: "capability memory_gb too small", Count: 1}, {Reason: "host down (device offline)", Count: 1}}
 	if !reflect.DeepEqual(w.Claims[0].Removed, want) {
 		t.Fatalf("why-not %+v, want %+v", w.Claims[0].Removed, want)
 	}
@@ -973,9 +974,9 @@ func TestWhyNot(t *testing.T) {
 	want := []Reason{
 		{Reason: "type", Count: 1},
 		{Reason: "pool", Count: 1},
+		{Reason: "capability memory_gb too small", Count: 1},
 		{Reason: "host down (device offline)", Count: 1},
 		{Reason: "status draining", Count: 1},
-		{Reason: "capability memory_gb too small", Count: 1},
 		{Reason: "in use (not enough free capacity)", Count: 1},
 	}
 	c := w.Claims[0]

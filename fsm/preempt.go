@@ -2,9 +2,10 @@ package fsm
 
 import "sort"
 
-// preempt finds, for a PriorityBased request that fits nowhere, the fewest
-// and lowest-priority active allocations whose priority is lower by at
-// least the policy's gap and whose removal lets the request fit on one
+// preempt finds, for a request that fits nowhere under a policy that
+// preempts, the fewest and lowest-priority active allocations whose
+// priority is lower by at least the policy's gap and whose removal lets
+// the request fit on one host, placed there as the policy places on a
 // host. It changes nothing; the caller ends the victims and places.
 func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placement) {
 	limit := a.Request.Priority - pc.gap()
@@ -16,6 +17,14 @@ func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placeme
 		if len(f) == 0 {
 			return nil, nil
 		}
+	}
+	q := s.newQuery(&a.Request, fits)
+	pl := definition(pc.Policy).place
+	onHost := func(h *Host, ov *overlay) *placement {
+		if assign := pl.onHost(s, h, q, ov); assign != nil {
+			return &placement{host: h.ID, assign: assign}
+		}
+		return nil
 	}
 	type option struct {
 		victims []*Allocation
@@ -51,7 +60,7 @@ func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placeme
 		for n < len(cands) && p == nil {
 			freeInto(ov, cands[n])
 			n++
-			p = s.placeOnHosts(&a.Request, BestFit, fits, ov, []string{hid})
+			p = onHost(h, ov)
 		}
 		if p == nil {
 			continue
@@ -65,9 +74,9 @@ func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placeme
 					freeInto(trial, v)
 				}
 			}
-			if q := s.placeOnHosts(&a.Request, BestFit, fits, trial, []string{hid}); q != nil {
+			if alt := onHost(h, trial); alt != nil {
 				chosen = append(chosen[:i:i], chosen[i+1:]...)
-				p = q
+				p = alt
 			}
 		}
 		o := &option{victims: chosen, p: p}

@@ -247,35 +247,42 @@ func refInventory(rng *rand.Rand) []*RegisterHost {
 	}
 	nDev := nHosts * (1 + rng.IntN(5))
 	for k, n := range rng.Perm(nDev) {
-		d := DeviceSpec{ID: fmt.Sprintf("d%02d", n), Type: GPU}
+		d := refDevice(rng, fmt.Sprintf("d%02d", n))
 		if k%7 == 6 {
 			d.Type = CPU
-		}
-		switch rng.IntN(4) {
-		case 0:
-			d.Capabilities.Resources = Resources{MemoryGB: 16, ComputeUnits: 40}
-		case 1:
-			d.Capabilities.Resources = Resources{MemoryGB: 24, ComputeUnits: 60}
-		case 2:
-			d.Capabilities.Resources = Resources{MemoryGB: 40, ComputeUnits: 100}
-		default:
-			d.Capabilities.Resources = Resources{MemoryGB: 80, ComputeUnits: 100}
-		}
-		if rng.IntN(8) == 0 {
-			d.Capabilities.ComputeUnits = 0 // memory is its only dimension
-		}
-		d.Shareable = rng.IntN(2) == 0
-		if rng.IntN(4) == 0 {
-			d.Pool = "batch"
-		}
-		d.Capabilities.Custom = map[string]string{"arch": []string{"ampere", "hopper", "ada"}[rng.IntN(3)]}
-		if rng.IntN(3) == 0 {
-			d.Labels = map[string]string{"fast": "yes"}
 		}
 		h := hosts[rng.IntN(nHosts)]
 		h.Devices = append(h.Devices, d)
 	}
 	return hosts
+}
+
+// refDevice is a random GPU: one of four sizes, some shareable, some in
+// another pool, of one of three architectures, some labelled fast.
+func refDevice(rng *rand.Rand, id string) DeviceSpec {
+	d := DeviceSpec{ID: id, Type: GPU}
+	switch rng.IntN(4) {
+	case 0:
+		d.Capabilities.Resources = Resources{MemoryGB: 16, ComputeUnits: 40}
+	case 1:
+		d.Capabilities.Resources = Resources{MemoryGB: 24, ComputeUnits: 60}
+	case 2:
+		d.Capabilities.Resources = Resources{MemoryGB: 40, ComputeUnits: 100}
+	default:
+		d.Capabilities.Resources = Resources{MemoryGB: 80, ComputeUnits: 100}
+	}
+	if rng.IntN(8) == 0 {
+		d.Capabilities.ComputeUnits = 0 // memory is its only dimension
+	}
+	d.Shareable = rng.IntN(2) == 0
+	if rng.IntN(4) == 0 {
+		d.Pool = "batch"
+	}
+	d.Capabilities.Custom = map[string]string{"arch": []string{"ampere", "hopper", "ada"}[rng.IntN(3)]}
+	if rng.IntN(3) == 0 {
+		d.Labels = map[string]string{"fast": "yes"}
+	}
+	return d
 }
 
 // refRequest is a random one-device request.
@@ -392,7 +399,7 @@ func TestPlaceOneMatchesReference(t *testing.T) {
 			req := refRequest(rng, GPU)
 			want := refPlace(h.s, &req, pol)
 			got := ""
-			if p := h.s.place(&req, PolicyConfig{Policy: pol}, nil); p != nil {
+			if p := h.s.place(&req, PolicyConfig{Policy: pol}); p != nil {
 				if len(p.assign) != 1 {
 					t.Fatalf("seed %d step %d %s: %d assignments for a one-device request", seed, step, pol, len(p.assign))
 				}

@@ -435,7 +435,7 @@ func (m *fragMeasure) classesFor(sh *Shape) [][]*class {
 	for i := range sh.Claims {
 		cl := &sh.Claims[i]
 		for _, c := range m.s.idx.byType[cl.Type] {
-			if staticFit(c, cl, cl.Pool, &none) == "" {
+			if passes(c, cl, cl.Pool, &none) {
 				out[i] = append(out[i], c)
 			}
 		}
