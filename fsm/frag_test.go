@@ -352,7 +352,7 @@ func fragReference(s *State, r *Request) (float64, bool) {
 				}
 				ov = local
 			}
-			if d := s.fragDelta(h, r, nil, ov); d < best {
+			if d := fragDelta(s, h, nil, ov); d < best {
 				best, found = d, true
 			}
 		}
@@ -372,5 +372,77 @@ func fragDeltaOf(s *State, a *Allocation) float64 {
 		ov.add(as.DeviceID, v, -1)
 	}
 	h := s.hosts[a.Host]
-	return s.fragDelta(h, &a.Request, ov, nil)
+	return fragDelta(s, h, ov, nil)
+}
+
+// fragDelta is how much the fragmentation of h under the current typical
+// workload is higher with the overlay after than with before.
+func fragDelta(s *State, h *Host, before, after *overlay) float64 {
+	c := &s.idx.frag
+	c.sync(s)
+	var sb, sa fragSpans
+	b := buildView(s, h, before, &c.classes, nil, nil, &sb)
+	a := buildView(s, h, after, &c.classes, nil, nil, &sa)
+	return fragRound(c.work.fragOf(a, &sa) - c.work.fragOf(b, &sb))
+}
+
+// TestStatsAndPlacementMeasureAgree: the fragmentation the statistics
+// report and the one FragmentationAware places by are one measure. On a
+// state where both see the same typical workload (every recent request
+// claims GPUs, and the placement's workload was just recomputed), the
+// statistics figure equals the placement cache's fragmentation summed
+// over the hosts, over their free GPUs.
+func TestStatsAndPlacementMeasureAgree(t *testing.T) {
+	nonzero := 0
+	for seed := range 20 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 99))
+		h := newHarness(t)
+		for i := range 3 + rng.IntN(5) {
+			devs := []DeviceSpec{fragCPU(fmt.Sprintf("h%d-cpu", i), float64(4000*(1+rng.IntN(6))))}
+			for g := range 1 + rng.IntN(6) {
+				devs = append(devs, fragGPU(fmt.Sprintf("h%d-g%d", i, g), []string{"A", "B"}[rng.IntN(2)]))
+			}
+			h.must(host(fmt.Sprintf("h%d", i), devs...))
+		}
+		h.must(&SetPolicy{DeviceType: GPU, Config: PolicyConfig{Policy: FirstFit}})
+		// 2^k requests: the placement's typical workload is recomputed
+		// at the last of them and covers them all.
+		for range 1 << (4 + rng.IntN(4)) {
+			n := 1 + rng.IntN(2)
+			milli := []float64{1000, 500, 250}[rng.IntN(3)]
+			if n > 1 {
+				milli = 1000
+			}
+			r := h.apply(&Allocate{Request: fragTask(n, milli, []string{"", "A", "B"}[rng.IntN(3)], float64(1000*rng.IntN(6)))})
+			if r.Err == nil && rng.IntN(3) == 0 {
+				h.must(&Release{AllocationID: r.Allocation.ID})
+			}
+		}
+		if n := h.s.seq; n&(n-1) != 0 {
+			t.Fatalf("seed %d: %d requests, want a power of two", seed, n)
+		}
+		stats := findStats(t, h.s.Stats(StatsFilter{Type: GPU}), GPU, AllPools).Fragmentation
+
+		c := &h.s.idx.frag
+		c.sync(h.s)
+		frag, free := 0.0, 0.0
+		for _, id := range sortedKeys(c.hosts) {
+			fh := c.hosts[id]
+			frag += c.groupFrag(fh.group)
+			free += c.work.free(fh.devs, &fh.span)
+		}
+		placement := 0.0
+		if free > eps {
+			placement = math.Min(1, frag/free)
+		}
+		if math.Abs(stats-placement) > 1e-9 {
+			t.Fatalf("seed %d: statistics report fragmentation %v, placement measures %v", seed, stats, placement)
+		}
+		if stats > 0.01 {
+			nonzero++
+		}
+	}
+	if nonzero < 5 {
+		t.Fatalf("only %d of 20 states fragmented: the comparison says little", nonzero)
+	}
 }

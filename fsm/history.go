@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 )
@@ -179,16 +178,6 @@ func (sh Shape) key() string {
 // shapeWindow keeps the shapes of the last requests, oldest first.
 type shapeWindow struct {
 	list []Shape
-	// keys[i] is list[i].key(), or "" until typicalShapes needs it. It is
-	// rebuilt when its length disagrees with list's (after a restore).
-	keys []string
-	// typical caches the most common shapes; nil when stale.
-	typical []weightedShape
-}
-
-type weightedShape struct {
-	shape  Shape
-	weight float64
 }
 
 func newShapeWindow() *shapeWindow { return &shapeWindow{} }
@@ -198,63 +187,14 @@ func (w *shapeWindow) add(r *Request) {
 	for i, c := range r.Claims {
 		sh.Claims[i] = Claim{Type: c.Type, Count: c.Count, Pool: r.claimPool(i), Capabilities: c.Capabilities, Amount: c.Amount}
 	}
-	if len(w.keys) != len(w.list) {
-		w.keys = make([]string, len(w.list))
-	}
 	if len(w.list) >= shapeWindowSize {
 		// Slide the window by reslicing; the buffer is renewed once per
 		// window length, so an add costs O(1) amortized.
-		w.list[0], w.keys[0] = Shape{}, ""
-		w.list, w.keys = w.list[1:], w.keys[1:]
+		w.list[0] = Shape{}
+		w.list = w.list[1:]
 	}
 	if len(w.list) == cap(w.list) {
 		w.list = append(make([]Shape, 0, len(w.list)+shapeWindowSize), w.list...)
 	}
-	if len(w.keys) == cap(w.keys) {
-		w.keys = append(make([]string, 0, len(w.keys)+shapeWindowSize), w.keys...)
-	}
 	w.list = append(w.list, sh)
-	w.keys = append(w.keys, "")
-	w.typical = nil
-}
-
-// typicalShapes returns the most common shapes that together cover 95% of
-// the window, with their frequencies (summing to 1), most common first.
-func (w *shapeWindow) typicalShapes() []weightedShape {
-	if w.typical != nil || len(w.list) == 0 {
-		return w.typical
-	}
-	if len(w.keys) != len(w.list) {
-		w.keys = make([]string, len(w.list))
-	}
-	counts := map[string]int{}
-	first := map[string]Shape{}
-	for i, sh := range w.list {
-		k := w.keys[i]
-		if k == "" {
-			k = sh.key()
-			w.keys[i] = k
-		}
-		if _, ok := first[k]; !ok {
-			first[k] = sh
-		}
-		counts[k]++
-	}
-	keys := sortedKeys(counts)
-	sort.SliceStable(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
-	total := len(w.list)
-	covered := 0
-	var out []weightedShape
-	for _, k := range keys {
-		out = append(out, weightedShape{shape: first[k], weight: float64(counts[k])})
-		covered += counts[k]
-		if float64(covered) >= 0.95*float64(total) {
-			break
-		}
-	}
-	for i := range out {
-		out[i].weight /= float64(covered)
-	}
-	w.typical = out
-	return out
 }

@@ -99,17 +99,36 @@ func refHostFree(s *State, h *Host) float64 {
 	return math.Round(sum*1e9) / 1e9
 }
 
-// refDeviceKey ranks a host's devices for a claim under a policy.
-func refDeviceKey(s *State, pol Policy, d *Device, cl *Claim, u *refUse) float64 {
-	switch pol {
-	case BestFit, PriorityBased:
-		return refWaste(s, d, cl, u)
-	case WorstFit:
-		return -refWaste(s, d, cl, u)
-	case LoadBalanced:
-		return refUtil(d)
-	}
-	return 0
+// refDef is a policy as DESIGN.md defines it: a device order and a host
+// order (each least first, ties by ID), whether one-device requests rank
+// every device of the cluster (global), and whether the orders start
+// after the type's cursor.
+type refDef struct {
+	global bool
+	cursor bool
+	device func(s *State, d *Device, cl *Claim, u *refUse) float64
+	host   func(s *State, h *Host, r *Request) float64
+}
+
+var (
+	refNoDeviceKey = func(*State, *Device, *Claim, *refUse) float64 { return 0 }
+	refNoHostKey   = func(*State, *Host, *Request) float64 { return 0 }
+	refLeastWaste  = func(s *State, d *Device, cl *Claim, u *refUse) float64 { return refWaste(s, d, cl, u) }
+	refLeastFree   = func(s *State, h *Host, _ *Request) float64 { return refHostFree(s, h) }
+)
+
+// refDefs holds the six classic policies.
+var refDefs = map[Policy]refDef{
+	FirstFit:   {global: true, device: refNoDeviceKey, host: refNoHostKey},
+	RoundRobin: {global: true, cursor: true, device: refNoDeviceKey, host: refNoHostKey},
+	BestFit:    {global: true, device: refLeastWaste, host: refLeastFree},
+	WorstFit: {global: true,
+		device: func(s *State, d *Device, cl *Claim, u *refUse) float64 { return -refWaste(s, d, cl, u) },
+		host:   func(s *State, h *Host, _ *Request) float64 { return -refHostFree(s, h) }},
+	PriorityBased: {global: true, device: refLeastWaste, host: refLeastFree},
+	LoadBalanced: {
+		device: func(_ *State, d *Device, _ *Claim, _ *refUse) float64 { return refUtil(d) },
+		host:   func(s *State, h *Host, r *Request) float64 { return refHostUtil(s, h, r.Claims[0].Type) }},
 }
 
 // refTakeOnHost places the request on one host, claim by claim, each
@@ -133,7 +152,7 @@ func refTakeOnHost(s *State, h *Host, r *Request, pol Policy, allowed0 func(*Dev
 		}
 		keys := map[string]float64{}
 		for _, d := range cands {
-			keys[d.ID] = refDeviceKey(s, pol, d, cl, u)
+			keys[d.ID] = refDefs[pol].device(s, d, cl, u)
 		}
 		sort.SliceStable(cands, func(a, b int) bool { return keys[cands[a].ID] < keys[cands[b].ID] })
 		for _, d := range cands[:cl.Count] {
@@ -151,27 +170,18 @@ func refTakeOnHost(s *State, h *Host, r *Request, pol Policy, allowed0 func(*Dev
 
 // refHostOrder lists the up hosts in the policy's host order.
 func refHostOrder(s *State, r *Request, pol Policy) []*Host {
+	def := refDefs[pol]
 	var hosts []*Host
 	for _, id := range sortedKeys(s.hosts) {
 		if h := s.hosts[id]; h.Up {
 			hosts = append(hosts, h)
 		}
 	}
-	key := func(h *Host) float64 { return 0 }
-	switch pol {
-	case BestFit, PriorityBased:
-		key = func(h *Host) float64 { return refHostFree(s, h) }
-	case WorstFit:
-		key = func(h *Host) float64 { return -refHostFree(s, h) }
-	case LoadBalanced:
-		key = func(h *Host) float64 { return refHostUtil(s, h, r.Claims[0].Type) }
-	case RoundRobin:
-		if cur := s.devices[s.cursors[r.Claims[0].Type]]; cur != nil {
-			i := sort.Search(len(hosts), func(i int) bool { return hosts[i].ID > cur.Host })
-			hosts = append(hosts[i:len(hosts):len(hosts)], hosts[:i]...)
-		}
+	if cur := s.devices[s.cursors[r.Claims[0].Type]]; def.cursor && cur != nil {
+		i := sort.Search(len(hosts), func(i int) bool { return hosts[i].ID > cur.Host })
+		hosts = append(hosts[i:len(hosts):len(hosts)], hosts[:i]...)
 	}
-	sort.SliceStable(hosts, func(a, b int) bool { return key(hosts[a]) < key(hosts[b]) })
+	sort.SliceStable(hosts, func(a, b int) bool { return def.host(s, hosts[a], r) < def.host(s, hosts[b], r) })
 	return hosts
 }
 
@@ -252,7 +262,6 @@ func refAssignString(host string, as []Assignment) string {
 // devices the brute-force reference picks, under each of the six classic
 // policies, while the state moves on.
 func TestPlaceManyMatchesReference(t *testing.T) {
-	policies := []Policy{FirstFit, BestFit, WorstFit, RoundRobin, PriorityBased, LoadBalanced}
 	seeds := 300
 	if testing.Short() {
 		seeds = 60
@@ -275,7 +284,7 @@ func TestPlaceManyMatchesReference(t *testing.T) {
 		}
 		var live []string
 		for step := range 40 {
-			pol := policies[rng.IntN(len(policies))]
+			pol := refPolicies[rng.IntN(len(refPolicies))]
 			req := refManyRequest(rng)
 			wantHost, want := refPlaceMany(h.s, &req, pol)
 			gotHost, got := "", []Assignment(nil)

@@ -156,8 +156,17 @@ func refHostUtil(s *State, h *Host, t DeviceType) float64 {
 }
 
 // refPlace is the brute-force placement of a one-device request: the ID
-// of the device the policy picks, or "" when none fits.
+// of the device the policy picks, or "" when none fits. A global policy
+// ranks every fitting device of the cluster in its device order (among
+// those with the most preferred labels); the others place as any request.
 func refPlace(s *State, r *Request, pol Policy) string {
+	def := refDefs[pol]
+	if !def.global {
+		if _, as := refPlaceMany(s, r, pol); as != nil {
+			return as[0].DeviceID
+		}
+		return ""
+	}
 	cl := &r.Claims[0]
 	var cands []*Device
 	for _, id := range sortedKeys(s.devices) {
@@ -193,45 +202,18 @@ func refPlace(s *State, r *Request, pol Policy) string {
 	if len(cands) == 0 {
 		return ""
 	}
-	switch pol {
-	case FirstFit:
-		return cands[0].ID
-	case RoundRobin:
-		cursor := s.cursors[cl.Type]
+	none := &refUse{}
+	sort.SliceStable(cands, func(a, b int) bool {
+		return def.device(s, cands[a], cl, none) < def.device(s, cands[b], cl, none)
+	})
+	if def.cursor {
 		for _, d := range cands {
-			if d.ID > cursor {
+			if d.ID > s.cursors[cl.Type] {
 				return d.ID
 			}
 		}
-		return cands[0].ID
-	case BestFit, WorstFit:
-		best, bestLeft := cands[0], refLeft(s, cands[0], cl)
-		for _, d := range cands[1:] {
-			w := refLeft(s, d, cl)
-			if (pol == BestFit && w < bestLeft) || (pol == WorstFit && w > bestLeft) {
-				best, bestLeft = d, w
-			}
-		}
-		return best.ID
-	case LoadBalanced:
-		byHost := map[string][]*Device{}
-		for _, d := range cands {
-			byHost[d.Host] = append(byHost[d.Host], d)
-		}
-		hosts := sortedKeys(byHost)
-		sort.SliceStable(hosts, func(i, j int) bool {
-			return refHostUtil(s, s.hosts[hosts[i]], cl.Type) < refHostUtil(s, s.hosts[hosts[j]], cl.Type)
-		})
-		list := byHost[hosts[0]]
-		best := list[0]
-		for _, d := range list[1:] {
-			if refUtil(d) < refUtil(best) {
-				best = d
-			}
-		}
-		return best.ID
 	}
-	panic("refPlace: policy " + string(pol))
+	return cands[0].ID
 }
 
 // refInventory is a random small inventory: GPUs of several sizes, some
@@ -319,7 +301,7 @@ func refRequest(rng *rand.Rand, typ DeviceType) Request {
 	return r
 }
 
-var refPolicies = []Policy{FirstFit, BestFit, WorstFit, RoundRobin, LoadBalanced}
+var refPolicies = []Policy{FirstFit, BestFit, WorstFit, RoundRobin, PriorityBased, LoadBalanced}
 
 // refSetup applies a random inventory, random prior allocations under
 // random policies (some released), drained and unhealthy devices and

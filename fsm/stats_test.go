@@ -361,9 +361,11 @@ func TestStatsFragmentation(t *testing.T) {
 			}
 		})
 	}
-	// A two-claim shape fits on shareable devices only when its small
-	// claim takes the small device: the measure packs as BestFit does.
-	t.Run("two claims packed", func(t *testing.T) {
+	// A two-claim shape of shares: its first claim (10) could be served
+	// m = 6 + 1 = 7 times, the whole shape (10 and 55) only k = 1 time,
+	// so half of (m-k)/m of the usable capacity counts as fragmented:
+	// 0.5 x 6/7 of the 2 free devices' worth, over 2.
+	t.Run("two claims counted in copies", func(t *testing.T) {
 		h := newHarness(t)
 		share := func(id string, cu float64) DeviceSpec {
 			return DeviceSpec{ID: id, Type: GPU, Shareable: true, Capabilities: Capabilities{Resources: Resources{ComputeUnits: cu}}}
@@ -376,8 +378,8 @@ func TestStatsFragmentation(t *testing.T) {
 		if res := h.apply(r); !errors.Is(res.Err, ErrNoCapacity) {
 			t.Fatalf("labelled request: %v, want no capacity", res.Err)
 		}
-		if f := h.s.Stats(StatsFilter{Type: GPU})[0].Fragmentation; f != 0 {
-			t.Fatalf("fragmentation %v, want 0", f)
+		if f := h.s.Stats(StatsFilter{Type: GPU})[0].Fragmentation; !near(f, 3.0/7) {
+			t.Fatalf("fragmentation %v, want 3/7", f)
 		}
 	})
 	// No recent requests: nothing to measure against.

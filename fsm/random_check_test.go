@@ -1,0 +1,404 @@
+package fsm_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/dmsc/dmsc/fsm"
+)
+
+// checkOutcome checks what a good command did and names the outcome.
+func checkOutcome(st *step, res fsm.Result, v *publicView, s *fsm.State) (string, error) {
+	if st.anyOutcome {
+		return "outcome open", nil
+	}
+	c, ok := st.cmd.(*fsm.Allocate)
+	if !ok {
+		if res.Err != nil {
+			return "", fmt.Errorf("refused: %v", res.Err)
+		}
+		return "outcome ok", nil
+	}
+	a := res.Allocation
+	if res.Err != nil {
+		if !errors.Is(res.Err, fsm.ErrNoCapacity) {
+			return "", fmt.Errorf("valid request refused: %v", res.Err)
+		}
+		if c.Request.Timeout != 0 {
+			return "", fmt.Errorf("request with a timeout refused instead of queued: %v", res.Err)
+		}
+		if a == nil || a.Status != fsm.Failed || a.WhyNot == nil {
+			return "", fmt.Errorf("refusal for capacity without a failed allocation and a why-not: %+v", a)
+		}
+		if h := v.fitHost(&c.Request); h != "" {
+			return "", fmt.Errorf("refused for capacity, but host %s clearly has room: %s", h, res.Err)
+		}
+		return "outcome failed", nil
+	}
+	if a == nil {
+		return "", fmt.Errorf("accepted without an allocation")
+	}
+	if c.AllocationID != "" && a.ID != c.AllocationID {
+		return "", fmt.Errorf("allocation id %s, asked for %s", a.ID, c.AllocationID)
+	}
+	outcome := ""
+	switch a.Status {
+	case fsm.Active:
+		outcome = "outcome active"
+	case fsm.Pending:
+		outcome = "outcome queued"
+		if a.WhyNot == nil {
+			return "", fmt.Errorf("pending without a why-not")
+		}
+		if c.Request.Timeout == 0 {
+			return "", fmt.Errorf("request without a timeout queued")
+		}
+	default:
+		return "", fmt.Errorf("new allocation is %s", a.Status)
+	}
+	if len(a.Preempted) > 0 {
+		outcome = "outcome preempting"
+		pool := c.Request.Claims[0].Pool
+		if pool == "" {
+			pool = c.Request.Pool
+		}
+		pc := s.PolicyOf(c.Request.Claims[0].Type, pool)
+		gap := pc.PreemptionGap
+		if gap <= 0 {
+			gap = fsm.DefaultPreemptionGap
+		}
+		if pc.Policy != fsm.PriorityBased {
+			return "", fmt.Errorf("preempted under policy %s", pc.Policy)
+		}
+		for _, id := range a.Preempted {
+			victim, ok := s.Allocation(id)
+			if !ok {
+				continue // already left the history
+			}
+			if victim.Status != fsm.Preempted || victim.PreemptedBy != a.ID {
+				return "", fmt.Errorf("victim %s is %s, preempted by %q", id, victim.Status, victim.PreemptedBy)
+			}
+			if victim.Request.Priority > c.Request.Priority-gap {
+				return "", fmt.Errorf("victim %s has priority %d, request %d, gap %d", id, victim.Request.Priority, c.Request.Priority, gap)
+			}
+		}
+	}
+	return outcome, nil
+}
+
+// publicView is what the public read API shows of a state. Its checks do
+// not rely on the code under test beyond those accessors.
+type publicView struct {
+	now      int64
+	hosts    []fsm.Host
+	devs     []fsm.Device
+	live     []*fsm.Allocation
+	queue    []*fsm.Allocation
+	hostByID map[string]*fsm.Host
+	devByID  map[string]*fsm.Device
+	liveByID map[string]*fsm.Allocation
+}
+
+func observe(s *fsm.State) *publicView {
+	v := &publicView{now: s.Now().UnixNano(), hosts: s.Hosts(), devs: s.Devices(), live: s.Live(), queue: s.Queue(),
+		hostByID: map[string]*fsm.Host{}, devByID: map[string]*fsm.Device{}, liveByID: map[string]*fsm.Allocation{}}
+	for i := range v.hosts {
+		v.hostByID[v.hosts[i].ID] = &v.hosts[i]
+	}
+	for i := range v.devs {
+		v.devByID[v.devs[i].ID] = &v.devs[i]
+	}
+	for _, a := range v.live {
+		v.liveByID[a.ID] = a
+	}
+	return v
+}
+
+// transitions names what happened to the allocations that were live in prev.
+func (v *publicView) transitions(prev *publicView, s *fsm.State) []string {
+	var out []string
+	for _, a := range prev.live {
+		now, ok := v.liveByID[a.ID]
+		switch {
+		case ok && a.Status == fsm.Pending && now.Status == fsm.Active:
+			out = append(out, "served from queue")
+		case !ok:
+			if ended, found := s.Allocation(a.ID); found {
+				out = append(out, "ended "+string(ended.Status))
+			}
+		}
+	}
+	return out
+}
+
+// tolerance absorbs float rounding in sums of amounts.
+const tolerance = 1e-6
+
+func resVec(r fsm.Resources) [4]float64 {
+	return [4]float64{r.MemoryGB, r.ComputeUnits, r.StorageGB, r.BandwidthGbps}
+}
+
+// check verifies the state as the read API shows it. afterTick: a tick was
+// just applied, so nothing may be overdue.
+func (v *publicView) check(afterTick bool) error {
+	for _, h := range v.hosts {
+		if !sort.StringsAreSorted(h.Devices) {
+			return fmt.Errorf("host %s: devices not sorted", h.ID)
+		}
+		for _, id := range h.Devices {
+			if d := v.devByID[id]; d == nil || d.Host != h.ID {
+				return fmt.Errorf("host %s lists device %s that is not its own", h.ID, id)
+			}
+		}
+	}
+	used := map[string][4]float64{}
+	for _, d := range v.devs {
+		h := v.hostByID[d.Host]
+		if h == nil {
+			return fmt.Errorf("device %s on unknown host %s", d.ID, d.Host)
+		}
+		if i := sort.SearchStrings(h.Devices, d.ID); i == len(h.Devices) || h.Devices[i] != d.ID {
+			return fmt.Errorf("device %s not listed by its host %s", d.ID, d.Host)
+		}
+		if (d.Status == fsm.Offline) != !h.Up {
+			return fmt.Errorf("device %s is %s on a host up=%t", d.ID, d.Status, h.Up)
+		}
+		caps, u := resVec(d.Capabilities.Resources), resVec(d.Used)
+		for k := range caps {
+			if math.IsNaN(u[k]) || u[k] < 0 || u[k] > caps[k]+tolerance {
+				return fmt.Errorf("device %s: used %+v, capacity %+v", d.ID, d.Used, d.Capabilities.Resources)
+			}
+		}
+		if !d.Shareable && len(d.Allocations) > 1 {
+			return fmt.Errorf("exclusive device %s has %d allocations", d.ID, len(d.Allocations))
+		}
+		if len(d.Allocations) > 0 && d.Status == fsm.Offline {
+			return fmt.Errorf("offline device %s has allocations", d.ID)
+		}
+		for _, id := range d.Allocations {
+			if a := v.liveByID[id]; a == nil || a.Status != fsm.Active {
+				return fmt.Errorf("device %s lists allocation %s that is not active", d.ID, id)
+			}
+		}
+	}
+	for _, a := range v.live {
+		switch a.Status {
+		case fsm.Pending:
+			if len(a.Devices) > 0 || a.Host != "" {
+				return fmt.Errorf("pending allocation %s holds devices", a.ID)
+			}
+			if afterTick && a.Deadline <= v.now {
+				return fmt.Errorf("pending allocation %s is past its deadline after a tick", a.ID)
+			}
+			// A request past its deadline is not placed any more; the
+			// next tick times it out.
+			if a.Deadline > v.now {
+				if h := v.fitHost(&a.Request); h != "" {
+					return fmt.Errorf("pending allocation %s (%+v) clearly fits on host %s now", a.ID, a.Request, h)
+				}
+			}
+			continue
+		case fsm.Active:
+		default:
+			return fmt.Errorf("live allocation %s is %s", a.ID, a.Status)
+		}
+		if afterTick && a.LeaseExpiresAt != 0 && a.LeaseExpiresAt <= v.now {
+			return fmt.Errorf("active allocation %s is past its lease after a tick", a.ID)
+		}
+		h := v.hostByID[a.Host]
+		if h == nil || !h.Up {
+			return fmt.Errorf("active allocation %s on missing or down host %q", a.ID, a.Host)
+		}
+		perClaim := make([]int, len(a.Request.Claims))
+		inClaim := map[string]bool{}
+		for _, as := range a.Devices {
+			d := v.devByID[as.DeviceID]
+			if d == nil || d.Host != a.Host {
+				return fmt.Errorf("allocation %s holds device %s, missing or not on host %s", a.ID, as.DeviceID, a.Host)
+			}
+			if i := sort.SearchStrings(d.Allocations, a.ID); i == len(d.Allocations) || d.Allocations[i] != a.ID {
+				return fmt.Errorf("allocation %s holds device %s, which does not list it", a.ID, d.ID)
+			}
+			if as.Claim < 0 || as.Claim >= len(perClaim) {
+				return fmt.Errorf("allocation %s: assignment to claim %d", a.ID, as.Claim)
+			}
+			perClaim[as.Claim]++
+			key := fmt.Sprintf("%d/%s", as.Claim, d.ID)
+			if inClaim[key] {
+				return fmt.Errorf("allocation %s takes device %s twice for claim %d", a.ID, d.ID, as.Claim)
+			}
+			inClaim[key] = true
+			cl := &a.Request.Claims[as.Claim]
+			if why := staticMismatch(d, &a.Request, as.Claim); why != "" {
+				return fmt.Errorf("allocation %s holds device %s that does not meet claim %d: %s", a.ID, d.ID, as.Claim, why)
+			}
+			whole := !d.Shareable || cl.Amount.IsZero()
+			want := cl.Amount
+			if whole {
+				want = d.Capabilities.Resources
+				if len(d.Allocations) != 1 {
+					return fmt.Errorf("device %s taken whole by %s has %d allocations", d.ID, a.ID, len(d.Allocations))
+				}
+			}
+			if as.Amount != want {
+				return fmt.Errorf("allocation %s takes %+v of device %s, want %+v", a.ID, as.Amount, d.ID, want)
+			}
+			u := used[d.ID]
+			for k, x := range resVec(as.Amount) {
+				u[k] += x
+			}
+			used[d.ID] = u
+		}
+		for i, n := range perClaim {
+			if n != a.Request.Claims[i].Count {
+				return fmt.Errorf("allocation %s: claim %d got %d devices, asked %d", a.ID, i, n, a.Request.Claims[i].Count)
+			}
+		}
+	}
+	for _, d := range v.devs {
+		u, du := used[d.ID], resVec(d.Used)
+		for k := range u {
+			if math.Abs(u[k]-du[k]) > tolerance {
+				return fmt.Errorf("device %s: used %+v, its allocations take %v", d.ID, d.Used, u)
+			}
+		}
+	}
+	pending := 0
+	for _, a := range v.live {
+		if a.Status == fsm.Pending {
+			pending++
+		}
+	}
+	if len(v.queue) != pending {
+		return fmt.Errorf("queue holds %d, %d allocations pending", len(v.queue), pending)
+	}
+	for i, a := range v.queue {
+		if l := v.liveByID[a.ID]; l == nil || l.Status != fsm.Pending {
+			return fmt.Errorf("queue holds %s, which is not pending", a.ID)
+		}
+		if i > 0 {
+			p := v.queue[i-1]
+			if p.Request.Priority < a.Request.Priority || (p.Request.Priority == a.Request.Priority && p.Seq > a.Seq) {
+				return fmt.Errorf("queue serves %s (priority %d) before %s (priority %d)", p.ID, p.Request.Priority, a.ID, a.Request.Priority)
+			}
+		}
+	}
+	return nil
+}
+
+// staticMismatch says why device d does not meet claim i of r whatever its
+// use, or "".
+func staticMismatch(d *fsm.Device, r *fsm.Request, i int) string {
+	cl := &r.Claims[i]
+	if d.Type != cl.Type {
+		return "type"
+	}
+	pool := cl.Pool
+	if pool == "" {
+		pool = r.Pool
+	}
+	if pool != "" && d.Pool != pool {
+		return "pool"
+	}
+	have, want := resVec(d.Capabilities.Resources), resVec(cl.Capabilities.Resources)
+	for k := range have {
+		if have[k] < want[k] {
+			return "capability"
+		}
+	}
+	for k, w := range cl.Capabilities.Custom {
+		h, ok := d.Capabilities.Custom[k]
+		if !ok || !anyOf(h, w) {
+			return "custom " + k
+		}
+	}
+	for k, w := range r.Labels.Required {
+		if d.Labels[k] != w {
+			return "required label " + k
+		}
+	}
+	for k, w := range r.Labels.Forbidden {
+		if h, ok := d.Labels[k]; ok && (w == "*" || h == w) {
+			return "forbidden label " + k
+		}
+	}
+	if d.Shareable && !cl.Amount.IsZero() {
+		a := resVec(cl.Amount)
+		for k := range have {
+			if a[k] > have[k] {
+				return "amount larger than the device"
+			}
+		}
+	}
+	return ""
+}
+
+func anyOf(have, want string) bool {
+	for _, alt := range strings.Split(want, "|") {
+		if alt == have {
+			return true
+		}
+	}
+	return false
+}
+
+// onGrid reports whether x is a multiple of 1/4, where sums are exact.
+func onGrid(x float64) bool { return x*4 == math.Trunc(x*4) }
+
+// clearlyFree reports whether device d can surely take claim i of r now.
+func clearlyFree(d *fsm.Device, r *fsm.Request, i int) bool {
+	if d.Status != fsm.Available || staticMismatch(d, r, i) != "" {
+		return false
+	}
+	cl := &r.Claims[i]
+	if !d.Shareable || cl.Amount.IsZero() {
+		return len(d.Allocations) == 0
+	}
+	caps, used, amt := resVec(d.Capabilities.Resources), resVec(d.Used), resVec(cl.Amount)
+	for k := range caps {
+		slack := caps[k] - used[k] - amt[k]
+		exact := onGrid(caps[k]) && onGrid(used[k]) && onGrid(amt[k])
+		if slack < 0 || (!exact && slack < tolerance) {
+			return false
+		}
+	}
+	return true
+}
+
+// fitHost returns a host on which the request surely fits now, or "". It
+// judges only requests whose claims are of different types (claims of one
+// type compete for devices, which this oracle does not model).
+func (v *publicView) fitHost(r *fsm.Request) string {
+	types := map[fsm.DeviceType]bool{}
+	for _, c := range r.Claims {
+		if types[c.Type] {
+			return ""
+		}
+		types[c.Type] = true
+	}
+	for _, h := range v.hosts {
+		if !h.Up {
+			continue
+		}
+		ok := true
+		for i := range r.Claims {
+			n := 0
+			for _, id := range h.Devices {
+				if clearlyFree(v.devByID[id], r, i) {
+					n++
+				}
+			}
+			if n < r.Claims[i].Count {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return h.ID
+		}
+	}
+	return ""
+}
