@@ -303,14 +303,11 @@ type fragWorkload struct {
 	copies []float64
 }
 
-// compileWorkload compiles typical shapes for measuring type measured
-// (""), leaving out the shapes no class of the state could serve.
-func compileWorkload(s *State, fc *fragClasses, shapes []weightedShape, measured DeviceType) *fragWorkload {
-	w := &fragWorkload{fc: fc, mtype: -1}
-	if measured != "" {
-		w.mtype = typeSlot(measured)
-	}
-	claimIdx := map[string]int{}
+// servableShapes leaves out the shapes that no class of the state could
+// serve (no class passes a claim's static filters) and weighs the rest
+// anew, to sum to 1.
+func servableShapes(s *State, shapes []weightedShape) []weightedShape {
+	var out []weightedShape
 	total := 0.0
 	var none LabelSelector
 	for _, ws := range shapes {
@@ -326,9 +323,26 @@ func compileWorkload(s *State, fc *fragClasses, shapes []weightedShape, measured
 			}
 			servable = servable && found
 		}
-		if !servable {
-			continue
+		if servable {
+			out = append(out, ws)
+			total += ws.weight
 		}
+	}
+	for i := range out {
+		out[i].weight /= total
+	}
+	return out
+}
+
+// compileWorkload compiles servable typical shapes for measuring type
+// measured ("" for none).
+func compileWorkload(fc *fragClasses, shapes []weightedShape, measured DeviceType) *fragWorkload {
+	w := &fragWorkload{fc: fc, mtype: -1}
+	if measured != "" {
+		w.mtype = typeSlot(measured)
+	}
+	claimIdx := map[string]int{}
+	for _, ws := range shapes {
 		fs := fragShape{weight: ws.weight, measured: -1}
 		for _, cl := range ws.shape.Claims {
 			ck := Shape{Claims: []Claim{cl}}.key()
@@ -346,11 +360,7 @@ func compileWorkload(s *State, fc *fragClasses, shapes []weightedShape, measured
 				fs.measured = ci
 			}
 		}
-		total += fs.weight
 		w.shapes = append(w.shapes, fs)
-	}
-	for i := range w.shapes {
-		w.shapes[i].weight /= total
 	}
 	w.usable = make([]float64, len(w.claims))
 	w.copies = make([]float64, len(w.claims))
@@ -479,7 +489,7 @@ func (s *State) fragmentation(t DeviceType, in poolSet) (float64, int) {
 		return 0, samples
 	}
 	fc := &fragClasses{}
-	w := compileWorkload(s, fc, shapes, t)
+	w := compileWorkload(fc, servableShapes(s, shapes), t)
 	hide := func(d *Device) bool { return d.Type == t && !in(d.Pool) }
 	var view []fragDev
 	var span fragSpans

@@ -69,12 +69,14 @@ const fragGrid = 1.0 / 16
 // rebuilds itself.
 type fragCache struct {
 	classes fragClasses
-	// The typical workload for the refresh point at, and its epoch.
-	have  bool
-	at    uint64
-	sig   string
-	epoch uint64
-	work  *fragWorkload
+	// The typical workload for the refresh point at and the classes of
+	// version classVer, and its epoch.
+	have     bool
+	at       uint64
+	classVer uint64
+	sig      string
+	epoch    uint64
+	work     *fragWorkload
 
 	hosts map[string]*fragHost
 	stale []*fragHost
@@ -272,40 +274,46 @@ func (c *fragCache) sync(s *State) {
 	c.stale = c.stale[:0]
 }
 
-// syncWorkload recomputes the typical workload when a refresh point passed.
+// syncWorkload recomputes the typical workload when a refresh point
+// passed or the classes changed (which shapes are servable depends on
+// them).
 func (c *fragCache) syncWorkload(s *State) {
 	at := fragRefreshPoint(s.seq)
-	if c.have && c.at == at {
+	if c.have && c.at == at && c.classVer == s.idx.classVer {
 		return
 	}
-	c.have, c.at = true, at
+	c.have, c.at, c.classVer = true, at, s.idx.classVer
 	list := s.shapes.list
 	hi := 0
 	if s.seq-at < uint64(len(list)) {
 		hi = len(list) - int(s.seq-at)
 	}
-	shapes, _ := typicalShapes(list[max(0, hi-fragSample):hi], nil)
-	// A workload like the last one keeps every cached measure.
-	var sig strings.Builder
+	typical, _ := typicalShapes(list[max(0, hi-fragSample):hi], nil)
 	measured := DeviceType("")
-	for _, ws := range shapes {
-		sig.WriteString(ws.signature())
-		sig.WriteByte('\n')
+	for _, ws := range typical {
 		for _, cl := range ws.shape.Claims {
 			if cl.Type == GPU {
 				measured = GPU
 			}
 		}
 	}
-	if measured == "" && len(shapes) > 0 && len(shapes[0].shape.Claims) > 0 {
-		measured = shapes[0].shape.Claims[0].Type
+	if measured == "" && len(typical) > 0 && len(typical[0].shape.Claims) > 0 {
+		measured = typical[0].shape.Claims[0].Type
+	}
+	shapes := servableShapes(s, typical)
+	// A workload like the last one keeps every cached measure.
+	var sig strings.Builder
+	sig.WriteString(string(measured))
+	for _, ws := range shapes {
+		sig.WriteByte('\n')
+		sig.WriteString(ws.signature())
 	}
 	if c.epoch > 0 && sig.String() == c.sig {
 		return
 	}
 	c.sig = sig.String()
 	c.epoch++
-	c.work = compileWorkload(s, &c.classes, shapes, measured)
+	c.work = compileWorkload(&c.classes, shapes, measured)
 }
 
 // regroup puts a host whose view was rebuilt into the group of its view.

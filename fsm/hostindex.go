@@ -7,13 +7,15 @@ import (
 )
 
 // The host index serves requests placed host by host. For each class of
-// devices it files the up hosts that have a free device of the class,
-// bucketed by how many free devices of the class's type the host has (so a
-// request that needs k of them never visits a host with fewer), and keeps
-// each bucket in every host rank (orders.go) a placement has asked for.
-// A walk merges the buckets of the fitting classes in rank order, so the
-// first host that takes the request is found after looking at a handful
-// of hosts, however many there are.
+// devices it files the up hosts that have a free device of the class on
+// shelves by how many free devices of the class's type the host has: shelf
+// k (1 to 8) holds the hosts with at least k, and the shelves above hold
+// the hosts with 9-16, 17-32, ... up to MaxDevicesPerHost. So a request
+// that needs k free devices reads one shelf per class (k <= 8) and never
+// visits a host with fewer. Each shelf is kept in every host rank
+// (orders.go) a placement has asked for. A walk merges the shelves of the
+// fitting classes in rank order, so the first host that takes the request
+// is found after looking at a handful of hosts, however many there are.
 //
 // A host's figures (free capacity, utilisation and free devices per type)
 // are recomputed from its devices, never carried as running sums, so a
@@ -58,13 +60,13 @@ type hostEntry struct {
 type classHost struct {
 	// n counts the host's devices of the class in the class's free set.
 	n int
-	// bucket is where the host is filed (0: not filed) and keys its key
-	// per rank slot.
-	bucket int
-	keys   [maxHostRanks]float64
+	// filed is the count of free devices of the type the host is filed
+	// with (0: not filed) and keys its key per rank slot.
+	filed int
+	keys  [maxHostRanks]float64
 }
 
-// hostKey orders a bucket: by key, then host ID.
+// hostKey orders a shelf: by key, then host ID.
 type hostKey struct {
 	k  float64
 	id string
@@ -77,26 +79,42 @@ func hostKeyLess(a, b hostKey) bool {
 	return a.id < b.id
 }
 
-// rankBuckets are one rank's buckets of a class.
-type rankBuckets [numBuckets]*btree.BTreeG[hostKey]
+// rankShelves are one rank's shelves of a class.
+type rankShelves [numShelves]*btree.BTreeG[hostKey]
 
-// Buckets hold hosts with 1 to 8 free devices exactly, then 9-16, 17-32,
-// ... up to MaxDevicesPerHost.
-const numBuckets = 18
+// Shelves 1 to 8 hold hosts with at least that many free devices; shelf
+// 8+j (j >= 1) holds those with 8<<(j-1)+1 to 8<<j.
+const numShelves = 18
 
-func bucketOf(n int) int {
-	if n <= 8 {
-		return n
+// onShelf reports whether a host with n free devices is on shelf sh.
+func onShelf(n, sh int) bool {
+	if sh <= 8 {
+		return n >= sh
 	}
-	return 8 + bits.Len(uint(n-1)/8)
+	return n > 8 && 8+bits.Len(uint(n-1)/8) == sh
 }
 
-// bucketMax is the most free devices a host in bucket b has.
-func bucketMax(b int) int {
-	if b <= 8 {
-		return b
+// shelfMax is the most free devices a host on shelf sh may need to have
+// for the shelf to be read.
+func shelfMax(sh int) int {
+	if sh <= 8 {
+		return sh
 	}
-	return 8 << (b - 8)
+	return 8 << (sh - 8)
+}
+
+// shelvesFor lists the shelves that hold every host with at least need
+// free devices (and, above 8, only a few with fewer).
+func shelvesFor(need int, dst []int) []int {
+	if need <= 8 {
+		return append(dst, max(need, 1))
+	}
+	for sh := 9; sh < numShelves; sh++ {
+		if shelfMax(sh) >= need {
+			dst = append(dst, sh)
+		}
+	}
+	return dst
 }
 
 // markHostDirty notes that a host's figures may have changed.
@@ -189,51 +207,62 @@ func hostUtil(h *Host, t DeviceType) float64 {
 	return l.used / float64(l.n)
 }
 
-// file puts (or moves) a host in the class's buckets.
+// file puts (or moves) a host on the class's shelves.
 func (c *class) file(e *hostEntry) {
 	ch := c.onHost[e.id]
-	b := bucketOf(e.figs.nfree[typeSlot(c.typ)])
-	for slot, rb := range c.ranks {
-		if rb == nil {
+	n := e.figs.nfree[typeSlot(c.typ)]
+	for slot, rs := range c.ranks {
+		if rs == nil {
 			continue
 		}
 		k := hostRankList[slot].key(&e.figs, c.typ)
-		if ch.bucket == b && ch.keys[slot] == k {
-			continue
+		old := hostKey{ch.keys[slot], e.id}
+		for sh := 1; sh < numShelves; sh++ {
+			was, now := onShelf(ch.filed, sh), onShelf(n, sh)
+			if was && now && old.k == k {
+				continue
+			}
+			if was {
+				rs[sh].Delete(old)
+			}
+			if now {
+				rs.tree(sh).ReplaceOrInsert(hostKey{k, e.id})
+			}
 		}
-		if ch.bucket != 0 {
-			rb[ch.bucket].Delete(hostKey{ch.keys[slot], e.id})
-		}
-		rb.tree(b).ReplaceOrInsert(hostKey{k, e.id})
 		ch.keys[slot] = k
 	}
-	ch.bucket = b
+	ch.filed = n
 }
 
-// unfile takes a host out of the class's buckets.
+// unfile takes a host off the class's shelves.
 func (c *class) unfile(id string) {
 	ch := c.onHost[id]
 	if ch == nil {
 		return
 	}
-	if ch.bucket != 0 {
-		for slot, rb := range c.ranks {
-			if rb != nil {
-				rb[ch.bucket].Delete(hostKey{ch.keys[slot], id})
+	if ch.filed != 0 {
+		for slot, rs := range c.ranks {
+			if rs == nil {
+				continue
+			}
+			for sh := 1; sh < numShelves; sh++ {
+				if onShelf(ch.filed, sh) {
+					rs[sh].Delete(hostKey{ch.keys[slot], id})
+				}
 			}
 		}
-		ch.bucket = 0
+		ch.filed = 0
 	}
 	if ch.n == 0 {
 		delete(c.onHost, id)
 	}
 }
 
-func (rb *rankBuckets) tree(b int) *btree.BTreeG[hostKey] {
-	if rb[b] == nil {
-		rb[b] = btree.NewG(btreeDegree, hostKeyLess)
+func (rs *rankShelves) tree(sh int) *btree.BTreeG[hostKey] {
+	if rs[sh] == nil {
+		rs[sh] = btree.NewG(btreeDegree, hostKeyLess)
 	}
-	return rb[b]
+	return rs[sh]
 }
 
 // useRank makes the class keep its hosts in a rank, filing those it
@@ -242,18 +271,23 @@ func (s *State) useRank(c *class, r *hostRank) {
 	if c.ranks[r.slot] != nil {
 		return
 	}
-	rb := &rankBuckets{}
-	c.ranks[r.slot] = rb
+	rs := &rankShelves{}
+	c.ranks[r.slot] = rs
 	for id, ch := range c.onHost { // building a set: order does not matter
-		if ch.bucket != 0 {
-			k := r.key(&s.idx.hosts[id].figs, c.typ)
-			ch.keys[r.slot] = k
-			rb.tree(ch.bucket).ReplaceOrInsert(hostKey{k, id})
+		if ch.filed == 0 {
+			continue
+		}
+		k := r.key(&s.idx.hosts[id].figs, c.typ)
+		ch.keys[r.slot] = k
+		for sh := 1; sh < numShelves; sh++ {
+			if onShelf(ch.filed, sh) {
+				rs.tree(sh).ReplaceOrInsert(hostKey{k, id})
+			}
 		}
 	}
 }
 
-// hostSource is one bucket of a walk, at its next host.
+// hostSource is one shelf of a walk, at its next host.
 type hostSource struct {
 	t    *btree.BTreeG[hostKey]
 	head hostKey
@@ -261,17 +295,20 @@ type hostSource struct {
 }
 
 // walkHosts visits, in a rank's order, each host filed under one of the
-// classes with at least need free devices of their type, from key from
+// classes with at least need free devices of their type (above 8, a few
+// with fewer), from key from
 // (inclusive; nil: from the first) to key to (exclusive; nil: to the
 // last), until visit returns true. It reports whether a visit did.
 func (s *State) walkHosts(r *hostRank, classes []*class, need int, from, to *hostKey, visit func(h *Host) bool) bool {
 	srcs := s.idx.walk[:0]
+	shelves := shelvesFor(need, s.idx.shelves[:0])
+	s.idx.shelves = shelves
 	for _, c := range classes {
 		s.useRank(c, r)
-		rb := c.ranks[r.slot]
-		for b := 1; b < numBuckets; b++ {
-			t := rb[b]
-			if t == nil || bucketMax(b) < need || t.Len() == 0 {
+		rs := c.ranks[r.slot]
+		for _, sh := range shelves {
+			t := rs[sh]
+			if t == nil || t.Len() == 0 {
 				continue
 			}
 			src := hostSource{t: t}

@@ -48,7 +48,7 @@ type class struct {
 	// onHost counts, per host, the host's devices in free; ranks file the
 	// hosts with some, per host rank in use (hostindex.go).
 	onHost map[string]*classHost
-	ranks  [maxHostRanks]*rankBuckets
+	ranks  [maxHostRanks]*rankShelves
 	// mark equals the query's mark while the class passes the static
 	// filters of a claim of the query; claims has bit i set for claim i.
 	mark   uint64
@@ -151,12 +151,15 @@ type index struct {
 	// fit caches fitting's verdicts per claimKey; nil when the classes
 	// changed. A verdict depends only on the immutable class attributes.
 	fit map[string][]*class
+	// classVer counts changes to the set of classes.
+	classVer uint64
 	// frag is FragmentationAware's cache of hosts and typical requests.
 	frag fragCache
 	// Reusable tree visitors and scratch space.
 	first     firstItem
 	firstHost firstHostKey
 	walk      []hostSource
+	shelves   []int
 	cands     []rankedDevice
 }
 
@@ -239,6 +242,7 @@ func (s *State) addClassDevice(d *Device) {
 		s.idx.byType[d.Type] = list
 		s.idx.normDirty = true
 		s.idx.fit = nil
+		s.idx.classVer++
 	}
 	c.size++
 	d.cls = c
@@ -264,6 +268,7 @@ func (s *State) removeClassDevice(d *Device) {
 		}
 		s.idx.normDirty = true
 		s.idx.fit = nil
+		s.idx.classVer++
 	}
 	d.cls = nil
 }
@@ -284,7 +289,7 @@ func (s *State) unindex(d *Device) {
 	}
 	if ch := c.onHost[d.Host]; ch != nil {
 		ch.n--
-		if ch.n == 0 && ch.bucket == 0 {
+		if ch.n == 0 && ch.filed == 0 {
 			delete(c.onHost, d.Host)
 		}
 	}
