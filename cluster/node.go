@@ -44,7 +44,7 @@ type Node struct {
 	// Server parts; nil on hosts. raftMu guards raftClosed: see raftCall.
 	raftMu       sync.RWMutex
 	raftClosed   bool
-	fsm          *fsm.RaftFSM
+	fsm          *RaftFSM
 	raft         *raft.Raft
 	raftTrans    *raft.NetworkTransport
 	stores       *raftStores
@@ -176,7 +176,7 @@ func (n *Node) startRaft() error {
 		Timeout: raftIOTimeout,
 		Logger:  n.log.Named("raft-net"),
 	})
-	n.fsm = fsm.NewRaftFSM(fsm.New())
+	n.fsm = NewRaftFSM(fsm.New())
 	n.leaderNotify = make(chan bool, 16)
 	existing, err := raft.HasExistingState(stores.logs, stores.stable, stores.snaps)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/inventory"
 	"github.com/dmsc/dmsc/transport/api/wire"
@@ -426,7 +427,7 @@ func checkRun(t *testing.T, ctx context.Context, c *Cluster, w *workload, hist [
 		}
 	}
 	for _, name := range sortedKeys(snaps) {
-		body, _, _ := fsm.SplitRaftSnapshot(snaps[name])
+		body, _, _ := cluster.SplitRaftSnapshot(snaps[name])
 		st, err := fsm.Restore(bytes.NewReader(body))
 		if err != nil {
 			violation("%s: the snapshot does not restore: %v", name, err)
@@ -609,7 +610,7 @@ func snapshotDiff(snaps map[string][]byte) string {
 	decoded := map[string]map[string]json.RawMessage{}
 	for name, b := range snaps {
 		var m map[string]json.RawMessage
-		body, _, _ := fsm.SplitRaftSnapshot(b)
+		body, _, _ := cluster.SplitRaftSnapshot(b)
 		_ = json.Unmarshal(body, &m)
 		decoded[name] = m
 	}

@@ -148,13 +148,13 @@ func serveHTTP(b *testing.B, h http.Handler) (url string, conns *atomic.Int64, s
 // index, stamped with the wall clock.
 type memBackend struct {
 	mu    sync.Mutex
-	f     *fsm.RaftFSM
+	f     *cluster.RaftFSM
 	index uint64
 }
 
 var _ api.Backend = (*memBackend)(nil)
 
-func newMemBackend() *memBackend { return &memBackend{f: fsm.NewRaftFSM(fsm.New())} }
+func newMemBackend() *memBackend { return &memBackend{f: cluster.NewRaftFSM(fsm.New())} }
 
 func (m *memBackend) Apply(_ context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if fsm.RequestIDOf(cmd) == "" {
