@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api"
 )
 
 // testAgent is a cluster node in this process serving the HTTP API on a

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // The API's bodies, under the client's name.

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // fakeNode is an API node whose answers a test scripts.

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // TestClusterFailover runs a real three-node cluster in this process. A

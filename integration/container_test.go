@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // Bounds of the container test. Raft runs at the shipped LAN timings

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // historyOp is one recorded operation. Times are nanoseconds since the

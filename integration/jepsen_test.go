@@ -28,10 +28,10 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/inventory"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 var (

@@ -13,11 +13,11 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // runCLI runs the dmsc command line in this process and returns its exit

@@ -17,8 +17,8 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // Exit codes of the API subcommands.

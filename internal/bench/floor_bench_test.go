@@ -15,10 +15,10 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api"
 )
 
 // BenchmarkHTTPFloor measures the ceiling of an HTTP API on this machine,

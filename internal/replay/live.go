@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/trace"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // Live replays through a running cluster's HTTP API instead of a state

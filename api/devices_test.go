@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 func TestDevices(t *testing.T) {

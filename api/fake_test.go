@@ -18,9 +18,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // fakeBackend is a node without a network: commands are applied at once

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 const gpuReq = `{"claims":[{"type":"GPU","count":1,"capabilities":{"memory_gb":40}}]}`

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // slotKey keys the request's concurrency slot in its context, so that a

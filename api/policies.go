@@ -3,8 +3,8 @@ package api
 import (
 	"net/http"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // GET /v1/pools

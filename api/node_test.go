@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // TestSingleNode serves the API over a real one-node cluster: writes go

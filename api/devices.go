@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // deviceStatuses are the statuses a device may read as.
