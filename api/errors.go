@@ -102,7 +102,7 @@ func errorBody(err error) (int, wire.Error) {
 			return ae.status, body
 		}
 	case errors.As(err, &fe):
-		body.Code, body.Message, body.WhyNot = fe.Code, err.Error(), fe.WhyNot
+		body.Code, body.Message, body.WhyNot = fe.Code, err.Error(), whyNotToWire(fe.WhyNot)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		body.Code, body.Message = cluster.ErrTimeout.Code, cluster.ErrTimeout.Message+": "+err.Error()
 	default:

@@ -83,7 +83,7 @@ func BenchmarkHTTPFloor(b *testing.B) {
 			b.Fatal(err)
 		}
 		runFloor(b, conns, func(ctx context.Context) error {
-			a, _, err := cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []fsm.Claim{{Type: fsm.GPU, Count: 1}}}})
+			a, _, err := cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []client.Claim{{Type: client.GPU, Count: 1}}}})
 			if err != nil {
 				return err
 			}
