@@ -1,6 +1,9 @@
-// Package cluster runs a dmsc node: Raft over the scheduler state with its
-// storage, memberlist gossip, membership reconcile, leader forwarding, and
-// the leader's ticks and host tracking. See DESIGN.md in this directory.
+// Package cluster runs a dmsc node: Raft and its storage over the
+// scheduler state (RaftFSM adapts an fsm.State to Raft), memberlist
+// gossip, membership reconcile, leader forwarding, consistent and blocking
+// reads, and the leader's ticks and host tracking. It sits between the
+// node-to-node RPC (package transport) below and the HTTP API (package
+// api) above. See DESIGN.md in this directory.
 package cluster
 
 import (
