@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/api"
+	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/cluster"
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api"
 )
 
 // testAgent is a cluster node in this process serving the HTTP API on a
@@ -104,8 +104,8 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() error) {
 }
 
 // gpuSpec is an exclusive GPU with memGB of memory.
-func gpuSpec(id string, memGB float64) fsm.DeviceSpec {
-	return fsm.DeviceSpec{ID: id, Type: fsm.GPU, Name: "A100", Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: memGB}}}
+func gpuSpec(id string, memGB float64) client.DeviceSpec {
+	return client.DeviceSpec{ID: id, Type: client.GPU, Name: "A100", Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: memGB}}}
 }
 
 // startSingle starts a one-node cluster in dir and waits until it leads.
@@ -159,10 +159,9 @@ func exampleAgent() (addr string, stop func(), err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := a.node.Apply(ctx, &fsm.RegisterHost{Host: fsm.HostSpec{ID: "h1"},
-		Devices: []fsm.DeviceSpec{gpuSpec("g1", 80), gpuSpec("g2", 40)}})
+	c, err := client.New(client.Config{Addresses: []string{a.addr}})
 	if err == nil {
-		err = res.Err
+		_, _, err = c.RegisterHost(ctx, "h1", client.RegisterHostRequest{Devices: []client.DeviceSpec{gpuSpec("g1", 80), gpuSpec("g2", 40)}})
 	}
 	if err != nil {
 		stop()

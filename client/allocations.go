@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // The API's bodies, under the client's name.
@@ -76,7 +75,7 @@ func (c *Client) Allocate(ctx context.Context, req AllocateRequest, opts ...Allo
 	if meta.RequestID == "" {
 		meta.RequestID = req.RequestID
 	}
-	if !req.Wait || a.Status != fsm.Pending {
+	if !req.Wait || a.Status != Pending {
 		return &a, meta, nil
 	}
 	placed, err := c.waitPlaced(ctx, &a, meta.Index)
@@ -93,12 +92,12 @@ func (c *Client) waitPlaced(ctx context.Context, a *Allocation, index uint64) (*
 	cur := a
 	err := c.WatchAllocation(ctx, a.ID, &WatchOptions{WaitIndex: index}, func(got *Allocation) bool {
 		cur = got
-		return got.Status == fsm.Pending
+		return got.Status == Pending
 	})
 	if err != nil {
 		return nil, err
 	}
-	if cur.Status == fsm.TimedOut {
+	if cur.Status == TimedOut {
 		msg := "no capacity before the deadline"
 		if cur.WhyNot != nil {
 			msg += ": " + cur.WhyNot.Summary
@@ -122,9 +121,9 @@ func (c *Client) Allocation(ctx context.Context, id string, q *QueryOptions) (*A
 // AllocationFilter selects allocations of a list and the page.
 type AllocationFilter struct {
 	// Statuses keeps allocations in any of these statuses.
-	Statuses []fsm.AllocStatus
+	Statuses []AllocStatus
 	// Type keeps allocations with a claim of this device type.
-	Type fsm.DeviceType
+	Type DeviceType
 	// Pool keeps allocations that ask for or hold devices of this pool.
 	Pool string
 	// Host keeps allocations placed on this host.

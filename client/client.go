@@ -6,7 +6,9 @@
 // device), backs off with jitter, takes a context everywhere and returns
 // typed errors (errors.Is(err, client.ErrNoCapacity)). Watch and
 // WatchAllocation follow state changes with blocking queries; LeaseRenewer
-// keeps an allocation's lease alive. The bodies are those of package wire.
+// keeps an allocation's lease alive. The bodies are those of package
+// client/wire, most of them aliased here; the SDK imports nothing of the
+// server.
 package client
 
 import (
@@ -29,7 +31,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // Defaults of Config.

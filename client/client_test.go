@@ -16,8 +16,7 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // fakeNode is an API node whose answers a test scripts.
@@ -98,7 +97,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-var gpuRequest = client.AllocateRequest{Request: client.Request{Claims: []fsm.Claim{{Type: fsm.GPU, Count: 1}}}}
+var gpuRequest = client.AllocateRequest{Request: client.Request{Claims: []client.Claim{{Type: client.GPU, Count: 1}}}}
 
 func TestNewAddresses(t *testing.T) {
 	for _, tc := range []struct {
@@ -142,7 +141,7 @@ func TestWriteRetriesWithSameRequestID(t *testing.T) {
 		default:
 			w.Header().Set(wire.HeaderRequestID, r.Header.Get(wire.HeaderRequestID))
 			w.Header().Set(wire.HeaderIndex, "42")
-			writeJSON(w, 200, wire.Allocation{ID: "a1", Status: fsm.Active})
+			writeJSON(w, 200, wire.Allocation{ID: "a1", Status: client.Active})
 		}
 	})
 	c := newClient(t, client.Config{Addresses: []string{node.srv.URL}})
@@ -208,7 +207,7 @@ func TestErrors(t *testing.T) {
 				}
 				writeJSON(w, tc.status, wire.ErrorResponse{Error: wire.Error{
 					Code: tc.code, Message: "it failed", Retryable: tc.retryable, AllocationID: "a9",
-					WhyNot: &fsm.WhyNot{Devices: 4, Summary: "0 of 4 fit"},
+					WhyNot: &client.WhyNot{Devices: 4, Summary: "0 of 4 fit"},
 				}})
 			})
 			c := newClient(t, client.Config{Addresses: []string{node.srv.URL}, MaxRetries: 2})
@@ -231,9 +230,9 @@ func TestErrors(t *testing.T) {
 			}
 		})
 	}
-	// The scheduler's own sentinels match too.
-	if err := error(&client.APIError{Code: "no_capacity"}); !errors.Is(err, fsm.ErrNoCapacity) || errors.Is(err, fsm.ErrNotFound) {
-		t.Fatal("APIError does not match fsm errors by code")
+	// An error matches the sentinel of its code, and no other.
+	if err := error(&client.APIError{Code: "no_capacity"}); !errors.Is(err, client.ErrNoCapacity) || errors.Is(err, client.ErrNotFound) {
+		t.Fatal("APIError does not match the sentinels by code")
 	}
 }
 
@@ -247,9 +246,9 @@ func TestFailoverToLiveNode(t *testing.T) {
 			leaderAsks.Add(1)
 			apiError(w, 503, "no_leader", true)
 		case r.Method == http.MethodGet:
-			writeJSON(w, 200, []fsm.Device{{DeviceSpec: fsm.DeviceSpec{ID: "g1"}}})
+			writeJSON(w, 200, []client.Device{{DeviceSpec: client.DeviceSpec{ID: "g1"}}})
 		default:
-			writeJSON(w, 200, wire.Allocation{ID: "a1", Status: fsm.Active})
+			writeJSON(w, 200, wire.Allocation{ID: "a1", Status: client.Active})
 		}
 	})
 	dead := deadAddress(t)
@@ -289,7 +288,7 @@ func TestWritesFollowLeader(t *testing.T) {
 			writeJSON(w, 200, wire.Leader{ID: "n3", HTTPAddr: addr})
 			return
 		}
-		writeJSON(w, 200, wire.Allocation{ID: "a1", Status: fsm.Active})
+		writeJSON(w, 200, wire.Allocation{ID: "a1", Status: client.Active})
 	}
 	n1, n2, n3 := newFakeNode(t, handler), newFakeNode(t, handler), newFakeNode(t, handler)
 	mu.Lock()
@@ -317,7 +316,7 @@ func TestWritesFollowLeader(t *testing.T) {
 
 // Reads are spread over the nodes in turn.
 func TestReadsRoundRobin(t *testing.T) {
-	handler := func(_ int, w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, []fsm.Device{}) }
+	handler := func(_ int, w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, []client.Device{}) }
 	nodes := []*fakeNode{newFakeNode(t, handler), newFakeNode(t, handler), newFakeNode(t, handler)}
 	c := newClient(t, client.Config{Addresses: []string{nodes[0].srv.URL, nodes[1].srv.URL, nodes[2].srv.URL}})
 	for range 30 {
@@ -360,7 +359,7 @@ func TestAttemptTimeout(t *testing.T) {
 			}
 			return
 		}
-		writeJSON(w, 200, wire.Allocation{ID: "a1", Status: fsm.Active})
+		writeJSON(w, 200, wire.Allocation{ID: "a1", Status: client.Active})
 	})
 	c := newClient(t, client.Config{Addresses: []string{node.srv.URL}, Timeout: 100 * time.Millisecond})
 	if _, _, err := c.Allocate(ctxT(t), gpuRequest); err != nil {
@@ -428,14 +427,14 @@ func TestQueryOptionsAndMeta(t *testing.T) {
 		w.Header().Set(wire.HeaderKnownLeader, "true")
 		if r.URL.Path == "/v1/stats" {
 			w.Header().Set(wire.HeaderLastContact, "-1")
-			writeJSON(w, 200, []fsm.Stats{})
+			writeJSON(w, 200, []client.Stats{})
 			return
 		}
 		writeJSON(w, 200, wire.AllocationList{})
 	})
 	c := newClient(t, client.Config{Addresses: []string{node.srv.URL}})
 	_, meta, err := c.Allocations(ctxT(t), &client.AllocationFilter{
-		Statuses: []fsm.AllocStatus{fsm.Active, fsm.Pending}, Type: fsm.GPU, Pool: "p", Host: "h",
+		Statuses: []client.AllocStatus{client.Active, client.Pending}, Type: client.GPU, Pool: "p", Host: "h",
 		History: true, Limit: 5, Next: "9", Reverse: true,
 	}, &client.QueryOptions{Consistent: true, WaitIndex: 16, WaitTime: time.Second})
 	if err != nil {
@@ -454,7 +453,7 @@ func TestQueryOptionsAndMeta(t *testing.T) {
 	if meta.Index != 17 || !meta.KnownLeader || meta.LastContact != 0 || meta.Address != node.srv.URL {
 		t.Fatalf("meta %+v", meta)
 	}
-	_, meta, _ = c.Stats(ctxT(t), &client.StatsFilter{Type: fsm.GPU, Pool: "*"}, &client.QueryOptions{MaxStale: 5 * time.Second})
+	_, meta, _ = c.Stats(ctxT(t), &client.StatsFilter{Type: client.GPU, Pool: "*"}, &client.QueryOptions{MaxStale: 5 * time.Second})
 	if r, _ := node.request(1); r.URL.Query().Get("max_stale") != "5s" || r.URL.Query().Get("pool") != "*" || meta.LastContact >= 0 {
 		t.Fatalf("stats query %s, meta %+v", r.URL.RawQuery, meta)
 	}
@@ -463,7 +462,7 @@ func TestQueryOptionsAndMeta(t *testing.T) {
 // WaitForPlacement keeps watching when the server answers a pending
 // allocation, and reports a request that timed out as ErrNoCapacity.
 func TestWaitForPlacementContinues(t *testing.T) {
-	for _, final := range []fsm.AllocStatus{fsm.Active, fsm.TimedOut} {
+	for _, final := range []client.AllocStatus{client.Active, client.TimedOut} {
 		t.Run(string(final), func(t *testing.T) {
 			node := newFakeNode(t, func(n int, w http.ResponseWriter, r *http.Request) {
 				switch {
@@ -471,22 +470,22 @@ func TestWaitForPlacementContinues(t *testing.T) {
 					var body wire.AllocateRequest
 					_ = json.Unmarshal([]byte(mustBody(t, r)), &body)
 					w.Header().Set(wire.HeaderIndex, "5")
-					writeJSON(w, 202, wire.Allocation{ID: "a1", Status: fsm.Pending, ModifyIndex: 5})
+					writeJSON(w, 202, wire.Allocation{ID: "a1", Status: client.Pending, ModifyIndex: 5})
 				case r.URL.Query().Get("index") == "5":
 					w.Header().Set(wire.HeaderIndex, "6")
-					writeJSON(w, 200, wire.Allocation{ID: "a1", Status: fsm.Pending, ModifyIndex: 5})
+					writeJSON(w, 200, wire.Allocation{ID: "a1", Status: client.Pending, ModifyIndex: 5})
 				default:
 					w.Header().Set(wire.HeaderIndex, "7")
 					writeJSON(w, 200, wire.Allocation{ID: "a1", Status: final, ModifyIndex: 7,
-						WhyNot: &fsm.WhyNot{Summary: "all busy"}})
+						WhyNot: &client.WhyNot{Summary: "all busy"}})
 				}
 			})
 			c := newClient(t, client.Config{Addresses: []string{node.srv.URL}})
 			req := gpuRequest
 			req.Timeout = client.Duration(time.Second)
 			a, _, err := c.Allocate(ctxT(t), req, client.WaitForPlacement())
-			if final == fsm.Active {
-				if err != nil || a.Status != fsm.Active {
+			if final == client.Active {
+				if err != nil || a.Status != client.Active {
 					t.Fatalf("%+v %v", a, err)
 				}
 			} else {

@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // TestClusterFailover runs a real three-node cluster in this process. A
@@ -92,7 +91,7 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	const gpus = 32
-	var devices []fsm.DeviceSpec
+	var devices []client.DeviceSpec
 	for i := range gpus {
 		devices = append(devices, gpuSpec(fmt.Sprintf("g%02d", i), 80))
 	}
@@ -136,7 +135,7 @@ func TestClusterFailover(t *testing.T) {
 					fail(fmt.Errorf("worker %d: allocate: %w", w, err))
 					return
 				}
-				if a.Status != fsm.Active || len(a.Devices) != 1 || a.RequestID != meta.RequestID {
+				if a.Status != client.Active || len(a.Devices) != 1 || a.RequestID != meta.RequestID {
 					fail(fmt.Errorf("worker %d: allocation %+v meta %+v", w, a, meta))
 					return
 				}
@@ -154,7 +153,7 @@ func TestClusterFailover(t *testing.T) {
 				cctx, ccancel = context.WithTimeout(ctx, 20*time.Second)
 				r, _, err := c.Release(cctx, oldest.id)
 				ccancel()
-				if err != nil || r.Status != fsm.Released {
+				if err != nil || r.Status != client.Released {
 					fail(fmt.Errorf("worker %d: release %s: %v %v", w, oldest.id, r, err))
 					return
 				}
@@ -223,9 +222,9 @@ func TestClusterFailover(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acknowledged allocation %s: %v", ak.id, err)
 		}
-		want := fsm.Released
+		want := client.Released
 		if _, ok := held[ak.id]; ok {
-			want = fsm.Active
+			want = client.Active
 		}
 		if a.Status != want || a.RequestID != ak.requestID || a.Devices[0].DeviceID != ak.device {
 			t.Errorf("allocation %s is %s on %v (request %s), want %s on %s (request %s)",
@@ -254,7 +253,7 @@ func TestClusterFailover(t *testing.T) {
 	holder := map[string]string{}
 	for _, a := range everything {
 		byRequest[a.RequestID]++
-		if a.Status != fsm.Active {
+		if a.Status != client.Active {
 			continue
 		}
 		for _, d := range a.Devices {
@@ -283,7 +282,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// The client's writes now go to the new leader's replica set: a last
 	// write works and is visible everywhere.
-	if _, _, err := c.SetPolicy(ctx, fsm.GPU, client.PolicyConfig{Policy: fsm.WorstFit}); err != nil {
+	if _, _, err := c.SetPolicy(ctx, client.GPU, client.PolicyConfig{Policy: client.WorstFit}); err != nil {
 		t.Fatal(err)
 	}
 	if ls, err := c.Leader(ctx); err != nil || ls.ID != second.id {

@@ -5,13 +5,12 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 type (
-	// Device is a device in the scheduler state.
-	Device = fsm.Device
+	// Device is a device as the API shows it.
+	Device = wire.Device
 	// Host is a host as the API shows it.
 	Host = wire.Host
 	// RegisterHostRequest is a host and its static devices.
@@ -20,10 +19,10 @@ type (
 
 // DeviceFilter selects devices; empty fields select all.
 type DeviceFilter struct {
-	Type   fsm.DeviceType
+	Type   DeviceType
 	Pool   string
 	Host   string
-	Status fsm.DeviceStatus
+	Status DeviceStatus
 }
 
 // Devices lists devices, sorted by ID.
@@ -56,7 +55,7 @@ func (c *Client) Device(ctx context.Context, id string, q *QueryOptions) (*Devic
 // SetDeviceStatus sets a device's administrative status: available,
 // draining or unhealthy. A draining or unhealthy device keeps its
 // allocations and takes no new ones.
-func (c *Client) SetDeviceStatus(ctx context.Context, id string, status fsm.DeviceStatus) (*Device, *WriteMeta, error) {
+func (c *Client) SetDeviceStatus(ctx context.Context, id string, status DeviceStatus) (*Device, *WriteMeta, error) {
 	rid := NewRequestID()
 	var d Device
 	meta, err := c.write(ctx, http.MethodPost, "/v1/devices/"+esc(id)+"/status",
@@ -69,17 +68,17 @@ func (c *Client) SetDeviceStatus(ctx context.Context, id string, status fsm.Devi
 
 // Drain stops new allocations on a device; those it holds stay.
 func (c *Client) Drain(ctx context.Context, id string) (*Device, *WriteMeta, error) {
-	return c.SetDeviceStatus(ctx, id, fsm.Draining)
+	return c.SetDeviceStatus(ctx, id, Draining)
 }
 
 // Undrain makes a device available again.
 func (c *Client) Undrain(ctx context.Context, id string) (*Device, *WriteMeta, error) {
-	return c.SetDeviceStatus(ctx, id, fsm.Available)
+	return c.SetDeviceStatus(ctx, id, Available)
 }
 
 // MarkUnhealthy takes a device out of scheduling as faulty.
 func (c *Client) MarkUnhealthy(ctx context.Context, id string) (*Device, *WriteMeta, error) {
-	return c.SetDeviceStatus(ctx, id, fsm.Unhealthy)
+	return c.SetDeviceStatus(ctx, id, Unhealthy)
 }
 
 // Hosts lists the hosts, sorted by ID.
@@ -107,7 +106,7 @@ func (c *Client) Host(ctx context.Context, id string, q *QueryOptions) (*Host, *
 func (c *Client) RegisterHost(ctx context.Context, id string, req RegisterHostRequest) (*Host, *WriteMeta, error) {
 	req.RequestID = orNewID(req.RequestID)
 	if req.Devices == nil {
-		req.Devices = []fsm.DeviceSpec{}
+		req.Devices = []DeviceSpec{}
 	}
 	var h Host
 	meta, err := c.write(ctx, http.MethodPut, "/v1/hosts/"+esc(id), req, req.RequestID, &h)

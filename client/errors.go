@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // APIError is an error answer of the API: the JSON error envelope with its
 // HTTP status and the node that sent it. It matches the sentinels below
-// (and the scheduler's fsm errors) by code through errors.Is:
+// by code through errors.Is:
 //
 //	if errors.Is(err, client.ErrNoCapacity) { ... }
 type APIError struct {
@@ -24,7 +23,7 @@ type APIError struct {
 	// same request ID; the client has already retried it as configured.
 	Retryable bool
 	// WhyNot explains a no_capacity refusal: what each filter removed.
-	WhyNot *fsm.WhyNot
+	WhyNot *WhyNot
 	// AllocationID names the allocation a refusal recorded in the history.
 	AllocationID string
 	// RequestID is the request ID of the refused write.
@@ -45,15 +44,10 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("%s (%s, HTTP %d)", msg, e.Code, e.Status)
 }
 
-// Is matches any *APIError or *fsm.Error with the same code.
+// Is matches any *APIError with the same code.
 func (e *APIError) Is(target error) bool {
-	switch t := target.(type) {
-	case *APIError:
-		return t.Code == e.Code
-	case *fsm.Error:
-		return t.Code == e.Code
-	}
-	return false
+	t, ok := target.(*APIError)
+	return ok && t.Code == e.Code
 }
 
 func sentinel(code, msg string) *APIError { return &APIError{Code: code, Message: msg} }
@@ -66,19 +60,19 @@ var (
 	ErrBadRequest = sentinel(wire.CodeBadRequest, "bad request")
 	// ErrInvalid: the scheduler refused the values (unknown type or
 	// policy, count 0, ...).
-	ErrInvalid = sentinel(fsm.ErrInvalid.Code, "invalid argument")
+	ErrInvalid = sentinel(wire.CodeInvalid, "invalid argument")
 	// ErrNotFound: no such allocation, device, host, server or route.
-	ErrNotFound = sentinel(fsm.ErrNotFound.Code, "not found")
+	ErrNotFound = sentinel(wire.CodeNotFound, "not found")
 	// ErrConflict: the state forbids it (cancel an active allocation, ...).
-	ErrConflict = sentinel(fsm.ErrConflict.Code, "conflict")
+	ErrConflict = sentinel(wire.CodeConflict, "conflict")
 	// ErrNotActive: the allocation is not active (release or renew of an
 	// ended or pending allocation).
-	ErrNotActive = sentinel(fsm.ErrNotActive.Code, "allocation is not active")
+	ErrNotActive = sentinel(wire.CodeNotActive, "allocation is not active")
 	// ErrNoCapacity: nothing fits now (timeout 0) or before the request's
 	// deadline; APIError.WhyNot explains.
-	ErrNoCapacity = sentinel(fsm.ErrNoCapacity.Code, "no device fits the request")
+	ErrNoCapacity = sentinel(wire.CodeNoCapacity, "no device fits the request")
 	// ErrBadSnapshot: an uploaded snapshot does not restore.
-	ErrBadSnapshot = sentinel(fsm.ErrSnapshot.Code, "snapshot cannot be restored")
+	ErrBadSnapshot = sentinel(wire.CodeBadSnapshot, "snapshot cannot be restored")
 	// ErrTooLarge: the request body is over the route's cap.
 	ErrTooLarge = sentinel(wire.CodeBodyTooLarge, "request body too large")
 	// ErrMethodNotAllowed: the path exists with other methods.
@@ -86,17 +80,17 @@ var (
 	// ErrOverloaded: the node has too many requests in flight. Retryable.
 	ErrOverloaded = sentinel(wire.CodeOverloaded, "node overloaded")
 	// ErrNoLeader: no leader was known in time. Retryable.
-	ErrNoLeader = sentinel("no_leader", "no cluster leader")
+	ErrNoLeader = sentinel(wire.CodeNoLeader, "no cluster leader")
 	// ErrNotLeader: leadership moved during the request. Retryable.
-	ErrNotLeader = sentinel("not_leader", "node is not the leader")
+	ErrNotLeader = sentinel(wire.CodeNotLeader, "node is not the leader")
 	// ErrShutdown: the node is shutting down. Retryable on another node.
-	ErrShutdown = sentinel("shutdown", "node is shut down")
+	ErrShutdown = sentinel(wire.CodeShutdown, "node is shut down")
 	// ErrNotServer: the node is a host and holds no replica. Retryable on
 	// another node.
-	ErrNotServer = sentinel("not_server", "node is not a server")
+	ErrNotServer = sentinel(wire.CodeNotServer, "node is not a server")
 	// ErrTimeout: the request ran out of time and the outcome of a write
 	// is unknown; send it again with the same request ID. Retryable.
-	ErrTimeout = sentinel("timeout", "timed out; outcome unknown")
+	ErrTimeout = sentinel(wire.CodeTimeout, "timed out; outcome unknown")
 	// ErrInternal: a bug on the server.
 	ErrInternal = sentinel(wire.CodeInternal, "internal error")
 	// ErrLeaseLost: a LeaseRenewer could not keep the lease (the
@@ -120,19 +114,19 @@ func codeOfStatus(status int) string {
 	case http.StatusBadRequest:
 		return wire.CodeBadRequest
 	case http.StatusNotFound:
-		return fsm.ErrNotFound.Code
+		return wire.CodeNotFound
 	case http.StatusMethodNotAllowed:
 		return wire.CodeMethodNotAllowed
 	case http.StatusConflict:
-		return fsm.ErrConflict.Code
+		return wire.CodeConflict
 	case http.StatusRequestEntityTooLarge:
 		return wire.CodeBodyTooLarge
 	case http.StatusTooManyRequests:
 		return wire.CodeOverloaded
 	case http.StatusServiceUnavailable:
-		return ErrNoLeader.Code
+		return wire.CodeNoLeader
 	case http.StatusGatewayTimeout:
-		return ErrTimeout.Code
+		return wire.CodeTimeout
 	}
 	return wire.CodeInternal
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
 )
 
 // Allocate a GPU, keep its lease alive while using it, and give it back.
@@ -31,9 +30,9 @@ func Example_allocate() {
 	// One GPU with at least 40 GB; wait up to 30s for one to free up; the
 	// allocation expires unless renewed within a minute.
 	a, _, err := c.Allocate(ctx, client.AllocateRequest{Request: client.Request{
-		Claims: []fsm.Claim{{
-			Type: fsm.GPU, Count: 1,
-			Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 40}},
+		Claims: []client.Claim{{
+			Type: client.GPU, Count: 1,
+			Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: 40}},
 		}},
 		Timeout:  client.Duration(30 * time.Second),
 		LeaseTTL: client.Duration(time.Minute),
@@ -85,7 +84,7 @@ func ExampleAPIError_whyNot() {
 		return
 	}
 	_, _, err = c.Allocate(context.Background(), client.AllocateRequest{Request: client.Request{
-		Claims: []fsm.Claim{{Type: fsm.GPU, Count: 1, Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 100}}}},
+		Claims: []client.Claim{{Type: client.GPU, Count: 1, Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: 100}}}},
 	}})
 	var ae *client.APIError
 	if errors.As(err, &ae) && errors.Is(err, client.ErrNoCapacity) {

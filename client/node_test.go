@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
 )
 
 // oneGPU registers a host with one GPU on a single node and returns a
@@ -16,7 +15,7 @@ func oneGPU(t *testing.T) *client.Client {
 	t.Helper()
 	a := singleAgent(t)
 	c := newClient(t, client.Config{Addresses: []string{a.addr}})
-	if _, _, err := c.RegisterHost(ctxT(t), "h1", client.RegisterHostRequest{Devices: []fsm.DeviceSpec{gpuSpec("g1", 80)}}); err != nil {
+	if _, _, err := c.RegisterHost(ctxT(t), "h1", client.RegisterHostRequest{Devices: []client.DeviceSpec{gpuSpec("g1", 80)}}); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -28,7 +27,7 @@ func TestWaitAndWatchOnNode(t *testing.T) {
 	c := oneGPU(t)
 	ctx := ctxT(t)
 	first, _, err := c.Allocate(ctx, gpuRequest)
-	if err != nil || first.Status != fsm.Active {
+	if err != nil || first.Status != client.Active {
 		t.Fatalf("first allocation %+v %v", first, err)
 	}
 
@@ -58,15 +57,15 @@ func TestWaitAndWatchOnNode(t *testing.T) {
 	})
 
 	// A watch on the pending allocation sees it placed.
-	seen := make(chan []fsm.AllocStatus, 1)
+	seen := make(chan []client.AllocStatus, 1)
 	go func() {
-		var statuses []fsm.AllocStatus
+		var statuses []client.AllocStatus
 		err := c.WatchAllocation(ctx, pending.ID, nil, func(a *client.Allocation) bool {
 			statuses = append(statuses, a.Status)
-			return a.Status == fsm.Pending
+			return a.Status == client.Pending
 		})
 		if err != nil {
-			statuses = append(statuses, fsm.AllocStatus(err.Error()))
+			statuses = append(statuses, client.AllocStatus(err.Error()))
 		}
 		seen <- statuses
 	}()
@@ -74,10 +73,10 @@ func TestWaitAndWatchOnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := <-placed
-	if got.err != nil || got.a.Status != fsm.Active || got.a.ID != pending.ID {
+	if got.err != nil || got.a.Status != client.Active || got.a.ID != pending.ID {
 		t.Fatalf("waited allocation %+v %v", got.a, got.err)
 	}
-	if st := <-seen; st[len(st)-1] != fsm.Active {
+	if st := <-seen; st[len(st)-1] != client.Active {
 		t.Fatalf("watch saw %v", st)
 	}
 
@@ -89,7 +88,7 @@ func TestWaitAndWatchOnNode(t *testing.T) {
 		t.Fatalf("timed-out wait: %v", err)
 	}
 	timedOut, _, err := c.Allocation(ctx, ae.AllocationID, nil)
-	if err != nil || timedOut.Status != fsm.TimedOut {
+	if err != nil || timedOut.Status != client.TimedOut {
 		t.Fatalf("refused allocation %+v %v", timedOut, err)
 	}
 
@@ -129,11 +128,11 @@ func TestLeaseRenewer(t *testing.T) {
 		return nil
 	})
 	cur, _, err := c.Allocation(ctx, a.ID, &client.QueryOptions{Consistent: true})
-	if err != nil || cur.Status != fsm.Active {
+	if err != nil || cur.Status != client.Active {
 		t.Fatalf("renewed allocation %+v %v", cur, err)
 	}
 	rel, err := r.Release(ctx)
-	if err != nil || rel.Status != fsm.Released {
+	if err != nil || rel.Status != client.Released {
 		t.Fatalf("release through the renewer: %+v %v", rel, err)
 	}
 	select {
@@ -192,7 +191,7 @@ func TestSurfaceOnNode(t *testing.T) {
 	}
 
 	d, _, err := c.Drain(ctx, "g1")
-	if err != nil || d.Status != fsm.Draining {
+	if err != nil || d.Status != client.Draining {
 		t.Fatalf("drain %+v %v", d, err)
 	}
 	_, _, err = c.Allocate(ctx, gpuRequest)
@@ -200,13 +199,13 @@ func TestSurfaceOnNode(t *testing.T) {
 	if !errors.As(err, &ae) || !errors.Is(err, client.ErrNoCapacity) || ae.WhyNot == nil {
 		t.Fatalf("allocate on a drained GPU: %v", err)
 	}
-	if d, _, err = c.MarkUnhealthy(ctx, "g1"); err != nil || d.Status != fsm.Unhealthy {
+	if d, _, err = c.MarkUnhealthy(ctx, "g1"); err != nil || d.Status != client.Unhealthy {
 		t.Fatalf("unhealthy %+v %v", d, err)
 	}
-	if d, _, err = c.Undrain(ctx, "g1"); err != nil || d.Status != fsm.Available {
+	if d, _, err = c.Undrain(ctx, "g1"); err != nil || d.Status != client.Available {
 		t.Fatalf("undrain %+v %v", d, err)
 	}
-	devs, meta, err := c.Devices(ctx, &client.DeviceFilter{Type: fsm.GPU, Status: fsm.Available}, nil)
+	devs, meta, err := c.Devices(ctx, &client.DeviceFilter{Type: client.GPU, Status: client.Available}, nil)
 	if err != nil || len(devs) != 1 || meta.Index == 0 || !meta.KnownLeader {
 		t.Fatalf("devices %+v %+v %v", devs, meta, err)
 	}
@@ -228,19 +227,19 @@ func TestSurfaceOnNode(t *testing.T) {
 	req := gpuRequest
 	req.Timeout = client.Duration(time.Hour)
 	p, _, err := c.Allocate(ctx, req)
-	if err != nil || p.Status != fsm.Pending {
+	if err != nil || p.Status != client.Pending {
 		t.Fatalf("queued request %+v %v", p, err)
 	}
 	if _, _, err := c.Cancel(ctx, a.ID); !errors.Is(err, client.ErrConflict) {
 		t.Fatalf("cancel an active allocation: %v", err)
 	}
-	if p, _, err = c.Cancel(ctx, p.ID); err != nil || p.Status != fsm.Cancelled {
+	if p, _, err = c.Cancel(ctx, p.ID); err != nil || p.Status != client.Cancelled {
 		t.Fatalf("cancel %+v %v", p, err)
 	}
 	if _, _, err := c.Renew(ctx, a.ID, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	list, _, err := c.Allocations(ctx, &client.AllocationFilter{Statuses: []fsm.AllocStatus{fsm.Active}}, nil)
+	list, _, err := c.Allocations(ctx, &client.AllocationFilter{Statuses: []client.AllocStatus{client.Active}}, nil)
 	if err != nil || len(list.Allocations) != 1 {
 		t.Fatalf("active allocations %+v %v", list, err)
 	}
@@ -250,20 +249,20 @@ func TestSurfaceOnNode(t *testing.T) {
 	}
 
 	// Policies, pools, retention, statistics, recommendations.
-	pol, _, err := c.SetPolicy(ctx, fsm.GPU, client.PolicyConfig{Policy: fsm.PriorityBased, PreemptionGap: 20})
-	if err != nil || pol.Types[fsm.GPU].Policy != fsm.PriorityBased {
+	pol, _, err := c.SetPolicy(ctx, client.GPU, client.PolicyConfig{Policy: client.PriorityBased, PreemptionGap: 20})
+	if err != nil || pol.Types[client.GPU].Policy != client.PriorityBased {
 		t.Fatalf("set policy %+v %v", pol, err)
 	}
-	if _, _, err := c.SetPolicy(ctx, fsm.GPU, client.PolicyConfig{Policy: "Fastest"}); !errors.Is(err, client.ErrInvalid) {
+	if _, _, err := c.SetPolicy(ctx, client.GPU, client.PolicyConfig{Policy: "Fastest"}); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("unknown policy: %v", err)
 	}
-	if pol, _, err = c.SetPoolPolicy(ctx, "big", client.PolicyConfig{Policy: fsm.WorstFit}); err != nil || pol.Pools["big"].Policy != fsm.WorstFit {
+	if pol, _, err = c.SetPoolPolicy(ctx, "big", client.PolicyConfig{Policy: client.WorstFit}); err != nil || pol.Pools["big"].Policy != client.WorstFit {
 		t.Fatalf("pool policy %+v %v", pol, err)
 	}
 	if pol, _, err = c.DeletePoolPolicy(ctx, "big"); err != nil || len(pol.Pools) != 0 {
 		t.Fatalf("delete pool policy %+v %v", pol, err)
 	}
-	if pol, _, err = c.Policies(ctx, nil); err != nil || pol.Types[fsm.GPU].PreemptionGap != 20 {
+	if pol, _, err = c.Policies(ctx, nil); err != nil || pol.Types[client.GPU].PreemptionGap != 20 {
 		t.Fatalf("policies %+v %v", pol, err)
 	}
 	if pools, _, err := c.Pools(ctx, nil); err != nil || len(pools) != 1 || pools[0].Name != "default" {
@@ -276,11 +275,11 @@ func TestSurfaceOnNode(t *testing.T) {
 	if ret, _, err = c.Retention(ctx, nil); err != nil || ret.MaxAge.Std() != time.Hour {
 		t.Fatalf("retention %+v %v", ret, err)
 	}
-	stats, _, err := c.Stats(ctx, &client.StatsFilter{Type: fsm.GPU, Pool: "*"}, nil)
+	stats, _, err := c.Stats(ctx, &client.StatsFilter{Type: client.GPU, Pool: "*"}, nil)
 	if err != nil || len(stats) != 1 || stats[0].Counts.Total == 0 {
 		t.Fatalf("stats %+v %v", stats, err)
 	}
-	if _, _, err := c.Recommendations(ctx, fsm.GPU, nil); err != nil {
+	if _, _, err := c.Recommendations(ctx, client.GPU, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := c.Recommendations(ctx, "QPU", nil); !errors.Is(err, client.ErrBadRequest) {

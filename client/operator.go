@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 type (

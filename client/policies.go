@@ -5,23 +5,22 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 type (
 	// Pool is a pool: its types, device counts and policies.
-	Pool = fsm.PoolInfo
+	Pool = wire.PoolInfo
 	// Policies are the policies in force per device type and pool.
 	Policies = wire.Policies
 	// PolicyConfig is a policy with its preemption gap.
-	PolicyConfig = fsm.PolicyConfig
+	PolicyConfig = wire.PolicyConfig
 	// Retention is the history retention.
 	Retention = wire.Retention
 	// Stats are the statistics of one device type in one pool (or "*").
-	Stats = fsm.Stats
+	Stats = wire.Stats
 	// Recommendation is one piece of advice with its evidence.
-	Recommendation = fsm.Recommendation
+	Recommendation = wire.Recommendation
 )
 
 // Pools lists the pools that hold devices or have a policy override.
@@ -59,7 +58,7 @@ func (c *Client) putPolicy(ctx context.Context, method, path string, p PolicyCon
 }
 
 // SetPolicy sets a device type's policy; the queue is re-examined at once.
-func (c *Client) SetPolicy(ctx context.Context, typ fsm.DeviceType, p PolicyConfig) (*Policies, *WriteMeta, error) {
+func (c *Client) SetPolicy(ctx context.Context, typ DeviceType, p PolicyConfig) (*Policies, *WriteMeta, error) {
 	return c.putPolicy(ctx, http.MethodPut, "/v1/policies/"+esc(string(typ)), p)
 }
 
@@ -99,7 +98,7 @@ func (c *Client) SetRetention(ctx context.Context, r Retention) (*Retention, *Wr
 // StatsFilter keeps one device type and/or one pool ("*": the per-type
 // totals only).
 type StatsFilter struct {
-	Type fsm.DeviceType
+	Type DeviceType
 	Pool string
 }
 
@@ -120,7 +119,7 @@ func (c *Client) Stats(ctx context.Context, f *StatsFilter, q *QueryOptions) ([]
 
 // Recommendations returns the advice for one device type ("" for all),
 // most urgent first.
-func (c *Client) Recommendations(ctx context.Context, typ fsm.DeviceType, q *QueryOptions) ([]Recommendation, *QueryMeta, error) {
+func (c *Client) Recommendations(ctx context.Context, typ DeviceType, q *QueryOptions) ([]Recommendation, *QueryMeta, error) {
 	v := url.Values{}
 	setIf(v, "type", string(typ))
 	var out []Recommendation

@@ -1,6 +1,9 @@
-// Package cluster runs a dmsc node: Raft over the scheduler state with its
-// storage, memberlist gossip, membership reconcile, leader forwarding, and
-// the leader's ticks and host tracking. See DESIGN.md in this directory.
+// Package cluster runs a dmsc node: Raft and its storage over the
+// scheduler state (RaftFSM adapts an fsm.State to Raft), memberlist
+// gossip, membership reconcile, leader forwarding, consistent and blocking
+// reads, and the leader's ticks and host tracking. It sits between the
+// node-to-node RPC (package transport) below and the HTTP API (package
+// api) above. See DESIGN.md in this directory.
 package cluster
 
 import (
@@ -44,7 +47,7 @@ type Node struct {
 	// Server parts; nil on hosts. raftMu guards raftClosed: see raftCall.
 	raftMu       sync.RWMutex
 	raftClosed   bool
-	fsm          *fsm.RaftFSM
+	fsm          *RaftFSM
 	raft         *raft.Raft
 	raftTrans    *raft.NetworkTransport
 	stores       *raftStores
@@ -176,7 +179,7 @@ func (n *Node) startRaft() error {
 		Timeout: raftIOTimeout,
 		Logger:  n.log.Named("raft-net"),
 	})
-	n.fsm = fsm.NewRaftFSM(fsm.New())
+	n.fsm = NewRaftFSM(fsm.New())
 	n.leaderNotify = make(chan bool, 16)
 	existing, err := raft.HasExistingState(stores.logs, stores.stable, stores.snaps)
 	if err != nil {

@@ -44,7 +44,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	if len(data) > transport.MaxRestoreBytes {
 		return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: "snapshot larger than the restore limit"}
 	}
-	body, _, _ := fsm.SplitRaftSnapshot(data)
+	body, _, _ := SplitRaftSnapshot(data)
 	if _, err := fsm.Restore(bytes.NewReader(body)); err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (n *Node) restoreLocal(ctx context.Context, body []byte) error {
 	}
 	next := n.raft.LastIndex() + 1
 	var b bytes.Buffer
-	fsm.WriteRaftSnapshotHeader(&b, next, next)
+	WriteRaftSnapshotHeader(&b, next, next)
 	b.Write(body)
 	timeout := 30 * time.Second
 	if dl, ok := ctx.Deadline(); ok {

@@ -13,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // testContext bounds a test's waiting.
@@ -27,7 +26,7 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 // gpuRequest asks for count GPUs, on host when it is not empty.
 func gpuRequest(requestID string, count int, host string) wire.AllocateRequest {
 	r := wire.AllocateRequest{RequestID: requestID}
-	r.Claims = []fsm.Claim{{Type: fsm.GPU, Count: count}}
+	r.Claims = []wire.Claim{{Type: wire.GPU, Count: count}}
 	if host != "" {
 		r.Labels.Required = map[string]string{"node": host}
 	}
@@ -41,7 +40,7 @@ func allocate(t *testing.T, ctx context.Context, c *Cluster, targets []*Process,
 	if err := c.Write(ctx, targets, http.MethodPost, "/v1/allocations", req.RequestID, req, &a); err != nil {
 		t.Fatalf("allocate %s: %v", req.RequestID, err)
 	}
-	if a.Status != fsm.Active || len(a.Devices) == 0 {
+	if a.Status != wire.Active || len(a.Devices) == 0 {
 		t.Fatalf("allocate %s: got %s with devices %v, want active", req.RequestID, a.Status, a.Devices)
 	}
 	return a
@@ -53,7 +52,7 @@ func release(t *testing.T, ctx context.Context, c *Cluster, targets []*Process, 
 	if err := c.Write(ctx, targets, http.MethodPost, "/v1/allocations/"+id+"/release", "release-"+id, nil, &a); err != nil {
 		t.Fatalf("release %s: %v", id, err)
 	}
-	if a.Status != fsm.Released {
+	if a.Status != wire.Released {
 		t.Fatalf("release %s: status %s", id, a.Status)
 	}
 }
@@ -65,8 +64,8 @@ func getAllocation(ctx context.Context, c *Cluster, p *Process, id string) (wire
 	return a, err
 }
 
-func devices(ctx context.Context, c *Cluster, p *Process, query string) ([]fsm.Device, error) {
-	var ds []fsm.Device
+func devices(ctx context.Context, c *Cluster, p *Process, query string) ([]wire.Device, error) {
+	var ds []wire.Device
 	err := c.Get(ctx, p, "/v1/devices?consistent"+query, &ds)
 	return ds, err
 }
@@ -79,7 +78,7 @@ func waitInventory(t *testing.T, ctx context.Context, c *Cluster) {
 	for _, h := range c.Hosts {
 		want += len(DefaultDevices(h.Name).Devices)
 	}
-	var last []fsm.Device
+	var last []wire.Device
 	err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
 		leader, err := c.Leader(ctx)
 		if err != nil {
@@ -94,7 +93,7 @@ func waitInventory(t *testing.T, ctx context.Context, c *Cluster) {
 	}
 }
 
-func deviceIDs(ds []fsm.Device) []string {
+func deviceIDs(ds []wire.Device) []string {
 	ids := make([]string, len(ds))
 	for i, d := range ds {
 		ids[i] = d.ID + "/" + string(d.Status)
@@ -216,7 +215,7 @@ func TestClusterFormsThroughJoin(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", s.Name, err)
 			}
-			if got.Status != fsm.Active || !reflect.DeepEqual(assignedIDs(got), assignedIDs(want)) {
+			if got.Status != wire.Active || !reflect.DeepEqual(assignedIDs(got), assignedIDs(want)) {
 				t.Errorf("%s sees %s as %s on %v, want active on %v", s.Name, want.ID, got.Status, assignedIDs(got), assignedIDs(want))
 			}
 		}
@@ -276,7 +275,7 @@ func TestLeaderKillFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		// It rejoined: it has caught up with the write made without it.
-		if got, err := getAllocation(ctx, c, leader, a.ID); err != nil || got.Status != fsm.Released {
+		if got, err := getAllocation(ctx, c, leader, a.ID); err != nil || got.Status != wire.Released {
 			t.Fatalf("kill %d: restarted %s sees %s as %q (err %v), want released", i+1, leader.Name, a.ID, got.Status, err)
 		}
 	}
@@ -309,7 +308,7 @@ func TestHostKilledAndRestarted(t *testing.T) {
 			return false, err
 		}
 		lost, err = getAllocation(ctx, c, leader, onH1.ID)
-		return err == nil && lost.Status == fsm.Lost, nil
+		return err == nil && lost.Status == wire.Lost, nil
 	})
 	if err != nil {
 		t.Fatalf("allocation on the killed host: %v (last status %q)", err, lost.Status)
@@ -332,7 +331,7 @@ func TestHostKilledAndRestarted(t *testing.T) {
 	}
 	for _, d := range ds {
 		wantOffline := d.Host == "h1"
-		if (d.Status == fsm.Offline) != wantOffline {
+		if (d.Status == wire.Offline) != wantOffline {
 			t.Errorf("device %s of %s is %s, want offline=%v", d.ID, d.Host, d.Status, wantOffline)
 		}
 		if wantOffline && len(d.Allocations) != 0 {
@@ -343,13 +342,13 @@ func TestHostKilledAndRestarted(t *testing.T) {
 	if err := c.Get(ctx, leader, "/v1/hosts/h1?consistent", &host); err != nil || host.Up {
 		t.Errorf("host h1: %+v (err %v), want down", host, err)
 	}
-	if got, err := getAllocation(ctx, c, leader, onH2.ID); err != nil || got.Status != fsm.Active {
+	if got, err := getAllocation(ctx, c, leader, onH2.ID); err != nil || got.Status != wire.Active {
 		t.Errorf("allocation on h2: %q (err %v), want active", got.Status, err)
 	}
 	var refused wire.Allocation
 	err = c.Write(ctx, c.Servers, http.MethodPost, "/v1/allocations", "host-h1-down", gpuRequest("host-h1-down", 1, "h1"), &refused)
 	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Body.Code != fsm.ErrNoCapacity.Code {
+	if !errors.As(err, &apiErr) || apiErr.Body.Code != wire.CodeNoCapacity {
 		t.Errorf("allocate on the down host: %+v, %v; want no_capacity", refused, err)
 	}
 
@@ -364,7 +363,7 @@ func TestHostKilledAndRestarted(t *testing.T) {
 	if again.Host != "h1" {
 		t.Errorf("allocation after the restart landed on %q, want h1", again.Host)
 	}
-	if got, err := getAllocation(ctx, c, leader, onH1.ID); err != nil || got.Status != fsm.Lost {
+	if got, err := getAllocation(ctx, c, leader, onH1.ID); err != nil || got.Status != wire.Lost {
 		t.Errorf("allocation lost with h1 is %q after its return (err %v), want lost", got.Status, err)
 	}
 }
@@ -386,8 +385,8 @@ func TestWholeClusterRestart(t *testing.T) {
 		gpuRequest("restart-1", 2, "h2"),
 		gpuRequest("restart-2", 1, ""),
 		gpuRequest("restart-3", 1, ""),
-		{Request: wire.Request{Claims: []fsm.Claim{{Type: fsm.CPU, Count: 1, Amount: fsm.Resources{ComputeUnits: 8}}}}, RequestID: "restart-4"},
-		{Request: wire.Request{Claims: []fsm.Claim{{Type: fsm.CPU, Count: 1, Amount: fsm.Resources{ComputeUnits: 12}}}}, RequestID: "restart-5"},
+		{Request: wire.Request{Claims: []wire.Claim{{Type: wire.CPU, Count: 1, Amount: wire.Resources{ComputeUnits: 8}}}}, RequestID: "restart-4"},
+		{Request: wire.Request{Claims: []wire.Claim{{Type: wire.CPU, Count: 1, Amount: wire.Resources{ComputeUnits: 12}}}}, RequestID: "restart-5"},
 	} {
 		through := c.All()[i%len(c.All())]
 		a := allocate(t, ctx, c, []*Process{through}, req)
@@ -437,13 +436,13 @@ func TestWholeClusterRestart(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", s.Name, err)
 			}
-			if got.Status != fsm.Active || got.Host != want.Host || !reflect.DeepEqual(got.Devices, want.Devices) {
+			if got.Status != wire.Active || got.Host != want.Host || !reflect.DeepEqual(got.Devices, want.Devices) {
 				t.Errorf("%s: %s after the restart is %s on %s %+v, was active on %s %+v", s.Name, id,
 					got.Status, got.Host, got.Devices, want.Host, want.Devices)
 			}
 		}
 		for _, id := range released {
-			if got, err := getAllocation(ctx, c, s, id); err != nil || got.Status != fsm.Released {
+			if got, err := getAllocation(ctx, c, s, id); err != nil || got.Status != wire.Released {
 				t.Errorf("%s: released %s is %q after the restart (err %v)", s.Name, id, got.Status, err)
 			}
 		}
@@ -527,7 +526,7 @@ func TestServersRestartWhileHostsRun(t *testing.T) {
 	}
 	for _, a := range acked {
 		got, err := getAllocation(ctx, c, leader, a.ID)
-		if err != nil || got.Status != fsm.Active || !reflect.DeepEqual(got.Devices, a.Devices) {
+		if err != nil || got.Status != wire.Active || !reflect.DeepEqual(got.Devices, a.Devices) {
 			t.Errorf("allocation %s on %s: %s %+v (err %v), want active on %+v", a.ID, a.Host, got.Status, got.Devices, err, a.Devices)
 		}
 	}

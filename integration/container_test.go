@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // Bounds of the container test. Raft runs at the shipped LAN timings
@@ -87,12 +86,12 @@ func TestContainerCluster(t *testing.T) {
 	sdk := newSDK(t, p.serverAddrs(ctx, containerServers), 10)
 	var acked []string
 	first, _, err := sdk.Allocate(ctx, client.AllocateRequest{Request: client.Request{
-		Claims: []fsm.Claim{{Type: fsm.GPU, Count: 1, Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 80}}}},
+		Claims: []wire.Claim{{Type: wire.GPU, Count: 1, Capabilities: wire.Capabilities{Resources: wire.Resources{MemoryGB: 80}}}},
 	}})
 	if err != nil {
 		t.Fatalf("allocating a GPU: %v", err)
 	}
-	if first.Status != fsm.Active || len(first.Devices) != 1 {
+	if first.Status != wire.Active || len(first.Devices) != 1 {
 		t.Fatalf("GPU allocation: %+v", first)
 	}
 	acked = append(acked, first.ID)
@@ -339,7 +338,7 @@ func (p *composeProject) serverAddrs(ctx context.Context, services []string) []s
 // request ID (retries of it take nothing more).
 func cpuRequest(requestID string) client.AllocateRequest {
 	return client.AllocateRequest{RequestID: requestID, Request: client.Request{
-		Claims: []fsm.Claim{{Type: fsm.CPU, Count: 1, Amount: fsm.Resources{ComputeUnits: 1}}},
+		Claims: []wire.Claim{{Type: wire.CPU, Count: 1, Amount: wire.Resources{ComputeUnits: 1}}},
 	}}
 }
 

@@ -32,9 +32,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/inventory"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // binaryEnv names a prebuilt dmsc binary to test instead of building one.

@@ -15,8 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // historyOp is one recorded operation. Times are nanoseconds since the
@@ -121,16 +120,22 @@ func (cl *worker) targets(servers bool) []*Process {
 }
 
 // heldOf converts an allocation's assignments for the model.
-func (w *workload) heldOf(as []fsm.Assignment) []held {
+func (w *workload) heldOf(as []wire.Assignment) []held {
 	var out []held
 	for _, a := range as {
-		h := held{Device: a.DeviceID}
-		if i, ok := w.model.byID[a.DeviceID]; ok && w.model.devices[i].Shareable {
-			h.Units = a.Amount.ComputeUnits
-		}
-		out = append(out, h)
+		out = append(out, w.held(a.DeviceID, a.Amount.ComputeUnits))
 	}
 	return out
+}
+
+// held is a device an allocation holds, as the model counts it: units
+// only on a shareable device.
+func (w *workload) held(device string, units float64) held {
+	h := held{Device: device}
+	if i, ok := w.model.byID[device]; ok && w.model.devices[i].Shareable {
+		h.Units = units
+	}
+	return h
 }
 
 // classify turns a write's error into an outcome; outUnknown when no
@@ -141,11 +146,11 @@ func classify(err error) outcome {
 		return outUnknown
 	}
 	switch apiErr.Body.Code {
-	case fsm.ErrNoCapacity.Code:
+	case wire.CodeNoCapacity:
 		return outRefused
-	case fsm.ErrNotActive.Code:
+	case wire.CodeNotActive:
 		return outNotActive
-	case fsm.ErrNotFound.Code:
+	case wire.CodeNotFound:
 		return outNotFound
 	}
 	return outUnknown
@@ -153,23 +158,23 @@ func classify(err error) outcome {
 
 func (cl *worker) allocate() {
 	w := cl.w
-	in := opInput{Kind: opAllocate, RequestID: cl.requestID("alloc"), Type: fsm.GPU, Count: 1}
+	in := opInput{Kind: opAllocate, RequestID: cl.requestID("alloc"), Type: wire.GPU, Count: 1}
 	switch r := cl.rng.IntN(100); {
 	case r < 20:
 		in.Count = 2
 	case r < 30:
 		in.Host = w.model.hosts[cl.rng.IntN(len(w.model.hosts))]
 	case r < 50:
-		in.Type = fsm.CPU
+		in.Type = wire.CPU
 		in.Units = float64(4 * (1 + cl.rng.IntN(3)))
 	}
 	req := wire.AllocateRequest{RequestID: in.RequestID}
 	req.LeaseTTL = wire.Duration(w.leaseTTL)
-	claim := fsm.Claim{Type: in.Type, Count: in.Count}
+	claim := wire.Claim{Type: in.Type, Count: in.Count}
 	if in.Units != 0 {
-		claim.Amount = fsm.Resources{ComputeUnits: in.Units}
+		claim.Amount = wire.Resources{ComputeUnits: in.Units}
 	}
-	req.Claims = []fsm.Claim{claim}
+	req.Claims = []wire.Claim{claim}
 	if in.Host != "" {
 		req.Labels.Required = map[string]string{"node": in.Host}
 	}
@@ -181,10 +186,10 @@ func (cl *worker) allocate() {
 	cancel()
 	op.Return = w.now()
 	switch {
-	case err == nil && a.Status == fsm.Active:
+	case err == nil && a.Status == wire.Active:
 		op.Output = opOutput{Outcome: outOK, AllocID: a.ID, Host: a.Host, Held: w.heldOf(a.Devices)}
 		cl.live = append(cl.live, a.ID)
-	case err == nil && a.Status == fsm.Failed:
+	case err == nil && a.Status == wire.Failed:
 		op.Output = opOutput{Outcome: outRefused, AllocID: a.ID}
 	case err == nil:
 		op.Output = opOutput{Outcome: outUnknown, Error: "answered with status " + string(a.Status)}
@@ -229,7 +234,7 @@ func (cl *worker) adopt(requestID string) {
 		return
 	}
 	for _, a := range list.Allocations {
-		if a.RequestID == requestID && a.Status == fsm.Active {
+		if a.RequestID == requestID && a.Status == wire.Active {
 			cl.live = append(cl.live, a.ID)
 		}
 	}
@@ -246,7 +251,7 @@ func (cl *worker) pick(list *[]string) string {
 func (cl *worker) release() {
 	id := cl.pick(&cl.live)
 	rid := cl.requestID("release")
-	if cl.lifecycle(opRelease, id, rid, "release", wire.WriteRequest{RequestID: rid}, fsm.Released) {
+	if cl.lifecycle(opRelease, id, rid, "release", wire.WriteRequest{RequestID: rid}, wire.Released) {
 		cl.released = append(cl.released, id)
 	}
 }
@@ -254,13 +259,13 @@ func (cl *worker) release() {
 func (cl *worker) renew() {
 	id := cl.live[cl.rng.IntN(len(cl.live))]
 	rid := cl.requestID("renew")
-	cl.lifecycle(opRenew, id, rid, "renew", wire.RenewRequest{RequestID: rid}, fsm.Active)
+	cl.lifecycle(opRenew, id, rid, "renew", wire.RenewRequest{RequestID: rid}, wire.Active)
 }
 
 // lifecycle posts a release or renew of allocation id, records the
 // operation, and reports whether the answer was the status that means
 // success.
-func (cl *worker) lifecycle(kind opKind, id, rid, action string, body any, want fsm.AllocStatus) bool {
+func (cl *worker) lifecycle(kind opKind, id, rid, action string, body any, want wire.AllocStatus) bool {
 	w := cl.w
 	in := opInput{Kind: kind, RequestID: rid, AllocID: id}
 	op := historyOp{Client: cl.id, Input: in, Call: w.now()}
@@ -340,7 +345,7 @@ func (cl *worker) readAllocation() {
 func (cl *worker) readDevices() {
 	w := cl.w
 	op := historyOp{Client: cl.id, Input: opInput{Kind: opReadDevices}, Call: w.now()}
-	var ds []fsm.Device
+	var ds []wire.Device
 	err := cl.read("/v1/devices?consistent", &ds)
 	op.Return = w.now()
 	if err == nil {

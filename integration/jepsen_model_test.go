@@ -15,7 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // opKind is what a client operation does.
@@ -35,10 +35,10 @@ type opInput struct {
 	RequestID string `json:"request_id,omitempty"`
 	// An allocate asks for Count devices of Type, on Host when it is set;
 	// of a shareable device it takes Units compute units (0: all of it).
-	Type  fsm.DeviceType `json:"type,omitempty"`
-	Count int            `json:"count,omitempty"`
-	Units float64        `json:"units,omitempty"`
-	Host  string         `json:"host,omitempty"`
+	Type  wire.DeviceType `json:"type,omitempty"`
+	Count int             `json:"count,omitempty"`
+	Units float64         `json:"units,omitempty"`
+	Host  string          `json:"host,omitempty"`
 	// AllocID is the allocation a release, renew or read-allocation names.
 	AllocID string `json:"allocation_id,omitempty"`
 }
@@ -78,7 +78,7 @@ type opOutput struct {
 	Host    string  `json:"host,omitempty"`
 	Held    []held  `json:"held,omitempty"`
 	// Status is what a read-allocation saw.
-	Status fsm.AllocStatus `json:"status,omitempty"`
+	Status wire.AllocStatus `json:"status,omitempty"`
 	// Devices is what a read-devices saw.
 	Devices []deviceView `json:"devices,omitempty"`
 	// Error is the last error the client saw, for the record.
@@ -91,7 +91,7 @@ type opOutput struct {
 type catalogDevice struct {
 	ID        string
 	Host      string
-	Type      fsm.DeviceType
+	Type      wire.DeviceType
 	Shareable bool
 	Units     float64 // compute units of a shareable device
 }
@@ -318,10 +318,10 @@ func (m *allocModel) step(s *allocState, in opInput, out opOutput) (bool, *alloc
 			return false, s
 		}
 		switch out.Status {
-		case fsm.Active:
+		case wire.Active:
 			hs, ok := s.live[in.AllocID]
 			return ok && sameHeld(hs, out.Held), s
-		case fsm.Released:
+		case wire.Released:
 			return s.ended[in.AllocID], s
 		}
 	case opReadDevices:
@@ -460,13 +460,13 @@ func describeState(state interface{}) string {
 // free, stale reads and releases of ended allocations.
 func TestAllocModel(t *testing.T) {
 	m := newAllocModel([]catalogDevice{
-		{ID: "h1-gpu0", Host: "h1", Type: fsm.GPU},
-		{ID: "h1-gpu1", Host: "h1", Type: fsm.GPU},
-		{ID: "h1-cpu", Host: "h1", Type: fsm.CPU, Shareable: true, Units: 16},
-		{ID: "h2-gpu0", Host: "h2", Type: fsm.GPU},
+		{ID: "h1-gpu0", Host: "h1", Type: wire.GPU},
+		{ID: "h1-gpu1", Host: "h1", Type: wire.GPU},
+		{ID: "h1-cpu", Host: "h1", Type: wire.CPU, Shareable: true, Units: 16},
+		{ID: "h2-gpu0", Host: "h2", Type: wire.GPU},
 	})
-	gpu := func(n int) opInput { return opInput{Kind: opAllocate, Type: fsm.GPU, Count: n} }
-	cpu := func(units float64) opInput { return opInput{Kind: opAllocate, Type: fsm.CPU, Count: 1, Units: units} }
+	gpu := func(n int) opInput { return opInput{Kind: opAllocate, Type: wire.GPU, Count: n} }
+	cpu := func(units float64) opInput { return opInput{Kind: opAllocate, Type: wire.CPU, Count: 1, Units: units} }
 	got := func(id string, devs ...string) opOutput {
 		out := opOutput{Outcome: outOK, AllocID: id}
 		for _, d := range devs {
@@ -569,7 +569,7 @@ func TestAllocModel(t *testing.T) {
 		}, true},
 		{"read of an allocation with other devices", []porcupine.Operation{
 			op(0, gpu(1), 0, 10, got("a", "h1-gpu0")),
-			op(0, opInput{Kind: opReadAlloc, AllocID: "a"}, 20, 30, opOutput{Outcome: outOK, Status: fsm.Active, Held: []held{{Device: "h1-gpu1"}}}),
+			op(0, opInput{Kind: opReadAlloc, AllocID: "a"}, 20, 30, opOutput{Outcome: outOK, Status: wire.Active, Held: []held{{Device: "h1-gpu1"}}}),
 		}, false},
 		{"shareable device within its units", []porcupine.Operation{
 			op(0, cpu(8), 0, 10, got("a:8", "h1-cpu")),

@@ -28,9 +28,10 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/dmsc/dmsc/client/wire"
+	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/inventory"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 var (
@@ -200,7 +201,7 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 	var catalog []catalogDevice
 	for _, h := range c.Hosts {
 		for _, d := range jepsenDevices(h.Name).Devices {
-			catalog = append(catalog, catalogDevice{ID: d.ID, Host: h.Name, Type: d.Type, Shareable: d.Shareable, Units: d.Capabilities.ComputeUnits})
+			catalog = append(catalog, catalogDevice{ID: d.ID, Host: h.Name, Type: wire.DeviceType(d.Type), Shareable: d.Shareable, Units: d.Capabilities.ComputeUnits})
 		}
 	}
 	waitDevices(t, ctx, c, len(catalog))
@@ -270,7 +271,7 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 // waitDevices waits until the leader sees want devices, all available.
 func waitDevices(t *testing.T, ctx context.Context, c *Cluster, want int) {
 	t.Helper()
-	var last []fsm.Device
+	var last []wire.Device
 	err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
 		leader, err := c.Leader(ctx)
 		if err != nil {
@@ -349,7 +350,7 @@ func checkRun(t *testing.T, ctx context.Context, c *Cluster, w *workload, hist [
 				continue
 			}
 			switch {
-			case a.Status == fsm.Failed:
+			case a.Status == wire.Failed:
 				op.Output = opOutput{Outcome: outRefused, AllocID: a.ID, Error: op.Output.Error, Resolved: true}
 			case len(a.Devices) > 0:
 				op.Output = opOutput{Outcome: outOK, AllocID: a.ID, Host: a.Host, Held: w.heldOf(a.Devices), Error: op.Output.Error, Resolved: true}
@@ -359,7 +360,7 @@ func checkRun(t *testing.T, ctx context.Context, c *Cluster, w *workload, hist [
 			}
 		case opRelease:
 			a, ok := byID[op.Input.AllocID]
-			if !ok || a.Status != fsm.Released {
+			if !ok || a.Status != wire.Released {
 				continue
 			}
 			op.Output = opOutput{Outcome: outOK, Error: op.Output.Error, Resolved: true}
@@ -426,7 +427,7 @@ func checkRun(t *testing.T, ctx context.Context, c *Cluster, w *workload, hist [
 		}
 	}
 	for _, name := range sortedKeys(snaps) {
-		body, _, _ := fsm.SplitRaftSnapshot(snaps[name])
+		body, _, _ := cluster.SplitRaftSnapshot(snaps[name])
 		st, err := fsm.Restore(bytes.NewReader(body))
 		if err != nil {
 			violation("%s: the snapshot does not restore: %v", name, err)
@@ -437,6 +438,12 @@ func checkRun(t *testing.T, ctx context.Context, c *Cluster, w *workload, hist [
 		}
 		for id, hs := range acked {
 			a, ok := st.Allocation(id)
+			var inState []held
+			if ok {
+				for _, d := range a.Devices {
+					inState = append(inState, w.held(d.DeviceID, d.Amount.ComputeUnits))
+				}
+			}
 			switch {
 			case !ok:
 				violation("%s: acknowledged allocation %s is missing", name, id)
@@ -444,8 +451,8 @@ func checkRun(t *testing.T, ctx context.Context, c *Cluster, w *workload, hist [
 				violation("%s: allocation %s was released, it is %s", name, id, a.Status)
 			case !releasedOK[id] && a.Status != fsm.Active:
 				violation("%s: acknowledged allocation %s was not released, it is %s", name, id, a.Status)
-			case !sameHeld(w.heldOf(a.Devices), hs):
-				violation("%s: allocation %s holds %s, was acknowledged with %s", name, id, describeHeld(w.heldOf(a.Devices)), describeHeld(hs))
+			case !sameHeld(inState, hs):
+				violation("%s: allocation %s holds %s, was acknowledged with %s", name, id, describeHeld(inState), describeHeld(hs))
 			}
 		}
 		for _, a := range st.Live() {
@@ -609,7 +616,7 @@ func snapshotDiff(snaps map[string][]byte) string {
 	decoded := map[string]map[string]json.RawMessage{}
 	for name, b := range snaps {
 		var m map[string]json.RawMessage
-		body, _, _ := fsm.SplitRaftSnapshot(b)
+		body, _, _ := cluster.SplitRaftSnapshot(b)
 		_ = json.Unmarshal(body, &m)
 		decoded[name] = m
 	}

@@ -1,6 +1,9 @@
-// Package transport carries everything on the wire: the HTTP API handlers,
-// the node-to-node RPC (forwarded writes, read index, host inventories) and
-// TLS.
+// Package transport is the node-to-node RPC below package cluster: its
+// server and client, JSON over HTTP/1.1 on a port of its own. Through it a
+// node forwards writes to the leader, asks the leader for a read index,
+// and fetches a host's inventory and a server's status, and an operator's
+// remove-peer and snapshot restore reach the leader. Raft's own traffic
+// does not pass here: package cluster gives it a port and a stream layer.
 package transport
 
 import (

@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
 )
 
 // allocCommand is `dmsc alloc`: ask for devices.
@@ -113,16 +112,16 @@ func (c *allocCommand) Run(args []string) int {
 	if typ == "" {
 		return c.usageError("alloc", "dmsc alloc needs -type (GPU, CPU, Memory, ...)")
 	}
-	claim := fsm.Claim{
+	claim := client.Claim{
 		Type: deviceType(typ), Count: count,
-		Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: memGB, ComputeUnits: compute, StorageGB: storageGB, BandwidthGbps: bandwidth}},
-		Amount:       fsm.Resources{MemoryGB: amountMem, ComputeUnits: amountCompute, StorageGB: amountStorage, BandwidthGbps: amountBandw},
+		Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: memGB, ComputeUnits: compute, StorageGB: storageGB, BandwidthGbps: bandwidth}},
+		Amount:       client.Resources{MemoryGB: amountMem, ComputeUnits: amountCompute, StorageGB: amountStorage, BandwidthGbps: amountBandw},
 	}
 	if len(custom) > 0 {
 		claim.Capabilities.Custom = custom
 	}
 	req := client.AllocateRequest{RequestID: requestID, Request: client.Request{
-		Claims: []fsm.Claim{claim}, Priority: priority, Timeout: client.Duration(timeout),
+		Claims: []client.Claim{claim}, Priority: priority, Timeout: client.Duration(timeout),
 		LeaseTTL: client.Duration(ttl), Pool: pool,
 	}}
 	if len(required) > 0 {
@@ -148,7 +147,7 @@ func (c *allocCommand) Run(args []string) int {
 			return nil
 		}
 		c.output(formatAllocation(a))
-		if a.Status == fsm.Pending {
+		if a.Status == client.Pending {
 			c.ui.Output("\nWaiting in the queue; follow it with 'dmsc alloc status " + a.ID + "'.")
 		}
 		return nil
@@ -243,7 +242,7 @@ func formatAllocation(a *client.Allocation) string {
 		}
 		out += "\n" + table([]string{"DEVICE", "CLAIM", "TAKEN"}, rows)
 	}
-	if a.WhyNot != nil && (a.Status == fsm.Pending || a.Status == fsm.TimedOut || a.Status == fsm.Failed) {
+	if a.WhyNot != nil && (a.Status == client.Pending || a.Status == client.TimedOut || a.Status == client.Failed) {
 		out += "\n" + formatWhyNot(a.WhyNot)
 	}
 	return out
@@ -290,7 +289,7 @@ func allocFilterFlags(c *apiCommand, name string) (*flag.FlagSet, *client.Alloca
 		}
 		for _, s := range strings.Split(status, ",") {
 			if s = strings.TrimSpace(s); s != "" {
-				f.Statuses = append(f.Statuses, fsm.AllocStatus(strings.ToLower(s)))
+				f.Statuses = append(f.Statuses, client.AllocStatus(strings.ToLower(s)))
 			}
 		}
 	}

@@ -13,11 +13,11 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // runCLI runs the dmsc command line in this process and returns its exit
@@ -128,7 +128,7 @@ func TestCLIAllocations(t *testing.T) {
 	apiNode(t)
 	var a wire.Allocation
 	jsonOut(t, &a, "alloc", "-type", "gpu", "-memory-gb", "50", "-ttl", "10m", "-request-id", "job-1")
-	if a.Status != fsm.Active || a.Devices[0].DeviceID != "g1" || a.RequestID != "job-1" {
+	if a.Status != client.Active || a.Devices[0].DeviceID != "g1" || a.RequestID != "job-1" {
 		t.Fatalf("allocation %+v", a)
 	}
 	for _, tc := range []cliCase{
@@ -162,7 +162,7 @@ func TestCLIAllocations(t *testing.T) {
 	// A request that waits is pending, then cancelled.
 	var p wire.Allocation
 	jsonOut(t, &p, "alloc", "-type", "GPU", "-memory-gb", "50", "-timeout", "1h")
-	if p.Status != fsm.Pending {
+	if p.Status != client.Pending {
 		t.Fatalf("queued request %+v", p)
 	}
 	cliCase{args: []string{"alloc", "status", p.ID}, out: []string{"pending", "Deadline", "Why not:"}}.check(t)
@@ -274,14 +274,14 @@ func TestCLIDevicesPoliciesOperator(t *testing.T) {
 	} {
 		tc.check(t)
 	}
-	var devs []fsm.Device
+	var devs []client.Device
 	jsonOut(t, &devs, "device", "list", "-type", "GPU")
 	if len(devs) != 2 || devs[0].ID != "g1" {
 		t.Fatalf("devices as JSON: %+v", devs)
 	}
-	var stats []fsm.Stats
+	var stats []client.Stats
 	jsonOut(t, &stats, "stats", "-type", "GPU")
-	if len(stats) == 0 || stats[0].Type != fsm.GPU {
+	if len(stats) == 0 || stats[0].Type != client.GPU {
 		t.Fatalf("stats as JSON: %+v", stats)
 	}
 	if info, err := os.Stat(snap); err != nil || info.Size() == 0 {

@@ -17,8 +17,7 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // Exit codes of the API subcommands.
@@ -272,25 +271,22 @@ func formatMap(m map[string]string) string {
 	return strings.Join(keys, ",")
 }
 
-// deviceType accepts a type in any case ("gpu") and returns its name.
-func deviceType(s string) fsm.DeviceType {
-	for _, t := range fsm.DeviceTypes {
-		if strings.EqualFold(string(t), s) {
-			return t
+// nameIn returns the name in list that s is in any case ("gpu" is GPU),
+// or s itself when none is.
+func nameIn[S ~string](list []S, s string) S {
+	for _, n := range list {
+		if strings.EqualFold(string(n), s) {
+			return n
 		}
 	}
-	return fsm.DeviceType(s)
+	return S(s)
 }
 
+// deviceType accepts a type in any case ("gpu") and returns its name.
+func deviceType(s string) client.DeviceType { return nameIn(wire.DeviceTypes, s) }
+
 // policyName accepts a policy in any case ("bestfit").
-func policyName(s string) fsm.Policy {
-	for _, p := range fsm.Policies {
-		if strings.EqualFold(string(p), s) {
-			return p
-		}
-	}
-	return fsm.Policy(s)
-}
+func policyName(s string) client.Policy { return nameIn(wire.KnownPolicies, s) }
 
 // orDash returns s, or "-" when it is empty.
 func orDash(s string) string {
@@ -329,7 +325,7 @@ func formatSeconds(s float64) string {
 }
 
 // formatResources prints the non-zero dimensions of r as "memory_gb=16,...".
-func formatResources(r fsm.Resources, op string) string {
+func formatResources(r client.Resources, op string) string {
 	var parts []string
 	for _, d := range []struct {
 		name string
@@ -343,7 +339,7 @@ func formatResources(r fsm.Resources, op string) string {
 }
 
 // formatWhyNot explains a refusal: what each filter removed, per claim.
-func formatWhyNot(w *fsm.WhyNot) string {
+func formatWhyNot(w *client.WhyNot) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Why not: %s\n", w.Summary)
 	fmt.Fprintf(&b, "  %d devices on %d hosts were considered.\n", w.Devices, w.Hosts)

@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
 )
 
 // deviceListCommand is `dmsc device list`.
@@ -42,7 +41,7 @@ func (c *deviceListCommand) Run(args []string) int {
 	if typ != "" {
 		f.Type = deviceType(typ)
 	}
-	f.Status = fsm.DeviceStatus(strings.ToLower(status))
+	f.Status = client.DeviceStatus(strings.ToLower(status))
 	return c.run(func(ctx context.Context, cl *client.Client) error {
 		devs, _, err := cl.Devices(ctx, &f, nil)
 		if err != nil {
@@ -139,24 +138,24 @@ func formatDevice(d *client.Device) string {
 type deviceSetCommand struct {
 	apiCommand
 	verb   string
-	status fsm.DeviceStatus
+	status client.DeviceStatus
 }
 
 func (c *deviceSetCommand) Synopsis() string {
 	switch c.status {
-	case fsm.Draining:
+	case client.Draining:
 		return "Stop placing new allocations on a device"
-	case fsm.Unhealthy:
+	case client.Unhealthy:
 		return "Mark a device unhealthy"
 	}
 	return "Make a drained or unhealthy device available again"
 }
 
 func (c *deviceSetCommand) Help() string {
-	text := map[fsm.DeviceStatus]string{
-		fsm.Draining:  "Drains a device: it keeps its allocations but takes no new ones.",
-		fsm.Unhealthy: "Marks a device unhealthy: it keeps its allocations but takes no new\n  ones, and the recommendations advise replacing it.",
-		fsm.Available: "Makes a draining or unhealthy device available again; waiting\n  requests are placed on it at once if they fit.",
+	text := map[client.DeviceStatus]string{
+		client.Draining:  "Drains a device: it keeps its allocations but takes no new ones.",
+		client.Unhealthy: "Marks a device unhealthy: it keeps its allocations but takes no new\n  ones, and the recommendations advise replacing it.",
+		client.Available: "Makes a draining or unhealthy device available again; waiting\n  requests are placed on it at once if they fit.",
 	}[c.status]
 	return helpText(fmt.Sprintf("Usage: dmsc device %s [options] <device-id>\n\n  %s", c.verb, text), "")
 }
@@ -228,7 +227,7 @@ func (c *hostListCommand) Run(args []string) int {
 // deviceCommands are the device and host subcommands.
 func deviceCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	base := func() apiCommand { return apiCommand{ui: ui} }
-	set := func(verb string, st fsm.DeviceStatus) cli.CommandFactory {
+	set := func(verb string, st client.DeviceStatus) cli.CommandFactory {
 		return func() (cli.Command, error) { return &deviceSetCommand{base(), verb, st}, nil }
 	}
 	return map[string]cli.CommandFactory{
@@ -238,9 +237,9 @@ func deviceCommands(ui cli.Ui) map[string]cli.CommandFactory {
 		},
 		"device list":      func() (cli.Command, error) { return &deviceListCommand{base()}, nil },
 		"device status":    func() (cli.Command, error) { return &deviceStatusCommand{base()}, nil },
-		"device drain":     set("drain", fsm.Draining),
-		"device undrain":   set("undrain", fsm.Available),
-		"device unhealthy": set("unhealthy", fsm.Unhealthy),
+		"device drain":     set("drain", client.Draining),
+		"device undrain":   set("undrain", client.Available),
+		"device unhealthy": set("unhealthy", client.Unhealthy),
 		"host": func() (cli.Command, error) {
 			return &parentCommand{ui: ui, name: "host", synopsis: "List hosts", subs: []string{"list"}}, nil
 		},

@@ -15,7 +15,7 @@ import (
 
 	"github.com/hashicorp/cli"
 
-	"github.com/dmsc/dmsc/transport/api/wire"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // checkReadyCommand is `dmsc check-ready`: a probe of one agent's

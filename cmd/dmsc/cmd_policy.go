@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/client/wire"
 )
 
 // policyGetCommand is `dmsc policy get`.
@@ -45,17 +45,17 @@ func (c *policyGetCommand) Run(args []string) int {
 
 // formatPolicies prints the policies by type, then the pool overrides.
 func formatPolicies(p *client.Policies) string {
-	gap := func(pc fsm.PolicyConfig) string {
-		if pc.Policy != fsm.PriorityBased {
+	gap := func(pc client.PolicyConfig) string {
+		if pc.Policy != client.PriorityBased {
 			return "-"
 		}
 		if pc.PreemptionGap <= 0 {
-			return fmt.Sprint(fsm.DefaultPreemptionGap)
+			return fmt.Sprint(wire.DefaultPreemptionGap)
 		}
 		return fmt.Sprint(pc.PreemptionGap)
 	}
 	var rows [][]string
-	for _, t := range fsm.DeviceTypes {
+	for _, t := range wire.DeviceTypes {
 		if pc, ok := p.Types[t]; ok {
 			rows = append(rows, []string{string(t), string(pc.Policy), gap(pc)})
 		}
@@ -82,8 +82,8 @@ type policySetCommand struct{ apiCommand }
 func (c *policySetCommand) Synopsis() string { return "Set a device type's or a pool's policy" }
 
 func (c *policySetCommand) Help() string {
-	policies := make([]string, len(fsm.Policies))
-	for i, p := range fsm.Policies {
+	policies := make([]string, len(wire.KnownPolicies))
+	for i, p := range wire.KnownPolicies {
 		policies[i] = string(p)
 	}
 	return helpText(`
@@ -193,9 +193,9 @@ func (c *statsCommand) Run(args []string) int {
 			return nil
 		}
 		// A type in one pool has the same figures in its "*" row.
-		pools := map[fsm.DeviceType]int{}
+		pools := map[client.DeviceType]int{}
 		for _, s := range stats {
-			if s.Pool != fsm.AllPools {
+			if s.Pool != wire.AllPools {
 				pools[s.Type]++
 			}
 		}
@@ -204,7 +204,7 @@ func (c *statsCommand) Run(args []string) int {
 			if s.Devices.Total == 0 && s.Counts.Total == 0 && f.Type == "" {
 				continue
 			}
-			if s.Pool == fsm.AllPools && pools[s.Type] == 1 && f.Pool == "" {
+			if s.Pool == wire.AllPools && pools[s.Type] == 1 && f.Pool == "" {
 				continue
 			}
 			pool := s.Pool

@@ -769,7 +769,7 @@ func parsePolicies(s string) ([]fsm.Policy, error) {
 	}
 	var out []fsm.Policy
 	for _, name := range strings.Split(s, ",") {
-		p := policyName(strings.TrimSpace(name))
+		p := nameIn(fsm.Policies, strings.TrimSpace(name))
 		if !p.Valid() {
 			return nil, fmt.Errorf("unknown policy %q", name)
 		}

@@ -222,7 +222,7 @@ func TestReplayAddress(t *testing.T) {
 	if err != nil || len(hosts) != 0 {
 		t.Errorf("after the run: %d hosts (%v), want none", len(hosts), err)
 	}
-	live, _, err := cl.Allocations(ctx, &client.AllocationFilter{Statuses: []fsm.AllocStatus{fsm.Active, fsm.Pending}}, q)
+	live, _, err := cl.Allocations(ctx, &client.AllocationFilter{Statuses: []client.AllocStatus{client.Active, client.Pending}}, q)
 	if err != nil || len(live.Allocations) != 0 {
 		t.Errorf("after the run: live allocations %v (%v), want none", live, err)
 	}

@@ -6,9 +6,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/internal/agentconfig"
-	"github.com/dmsc/dmsc/transport/api"
 )
 
 // apiHandler builds the HTTP API every agent serves on -http-addr. It is

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
 )
@@ -31,7 +32,11 @@ func BenchmarkLocalApply(b *testing.B) {
 				b.Fatal("no leader")
 			}
 			for _, h := range Inventory(64, 8) {
-				res, err := leader.Apply(ctx, &fsm.RegisterHost{Host: fsm.HostSpec{ID: h.ID}, Devices: h.Devices})
+				devices := make([]fsm.DeviceSpec, len(h.Devices))
+				for i, d := range h.Devices {
+					devices[i] = api.DeviceSpecFromWire(d)
+				}
+				res, err := leader.Apply(ctx, &fsm.RegisterHost{Host: fsm.HostSpec{ID: h.ID}, Devices: devices})
 				if err == nil {
 					err = res.Err
 				}

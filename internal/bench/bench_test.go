@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
 )
 
 func TestParseMix(t *testing.T) {
@@ -106,7 +105,7 @@ func TestErrorKind(t *testing.T) {
 		err  error
 		want string
 	}{
-		{&client.APIError{Status: 409, Code: fsm.ErrNoCapacity.Code}, "no_capacity"},
+		{&client.APIError{Status: 409, Code: client.ErrNoCapacity.Code}, "no_capacity"},
 		{fmt.Errorf("giving up: %w", &client.APIError{Status: 429, Code: "overloaded"}), "overloaded"},
 		{&client.ConnError{Address: "x", Err: errors.New("refused")}, "connection"},
 		{fmt.Errorf("op: %w", context.DeadlineExceeded), "deadline"},
@@ -135,7 +134,7 @@ func TestInventory(t *testing.T) {
 			}
 			ids[d.ID] = true
 			models[d.Name] = true
-			if d.Type != fsm.GPU || d.Capabilities.MemoryGB <= 0 {
+			if d.Type != client.GPU || d.Capabilities.MemoryGB <= 0 {
 				t.Errorf("device %+v is not a GPU with memory", d)
 			}
 		}

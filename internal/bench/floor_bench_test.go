@@ -15,10 +15,10 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api"
 )
 
 // BenchmarkHTTPFloor measures the ceiling of an HTTP API on this machine,
@@ -83,7 +83,7 @@ func BenchmarkHTTPFloor(b *testing.B) {
 			b.Fatal(err)
 		}
 		runFloor(b, conns, func(ctx context.Context) error {
-			a, _, err := cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []fsm.Claim{{Type: fsm.GPU, Count: 1}}}})
+			a, _, err := cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []client.Claim{{Type: client.GPU, Count: 1}}}})
 			if err != nil {
 				return err
 			}
@@ -148,13 +148,13 @@ func serveHTTP(b *testing.B, h http.Handler) (url string, conns *atomic.Int64, s
 // index, stamped with the wall clock.
 type memBackend struct {
 	mu    sync.Mutex
-	f     *fsm.RaftFSM
+	f     *cluster.RaftFSM
 	index uint64
 }
 
 var _ api.Backend = (*memBackend)(nil)
 
-func newMemBackend() *memBackend { return &memBackend{f: fsm.NewRaftFSM(fsm.New())} }
+func newMemBackend() *memBackend { return &memBackend{f: cluster.NewRaftFSM(fsm.New())} }
 
 func (m *memBackend) Apply(_ context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if fsm.RequestIDOf(cmd) == "" {

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
 )
 
 // gpuModel is one GPU product of the synthetic inventory.
@@ -30,7 +29,7 @@ const HostPrefix = "bench-"
 // Host is one synthetic host and its GPUs.
 type Host struct {
 	ID      string
-	Devices []fsm.DeviceSpec
+	Devices []client.DeviceSpec
 }
 
 // Inventory returns hosts synthetic hosts with gpusPerHost GPUs each; host
@@ -40,14 +39,14 @@ func Inventory(hosts, gpusPerHost int) []Host {
 	for i := range out {
 		m := gpuModels[i%len(gpuModels)]
 		id := fmt.Sprintf("%sh%04d", HostPrefix, i)
-		h := Host{ID: id, Devices: make([]fsm.DeviceSpec, gpusPerHost)}
+		h := Host{ID: id, Devices: make([]client.DeviceSpec, gpusPerHost)}
 		for g := range h.Devices {
-			h.Devices[g] = fsm.DeviceSpec{
+			h.Devices[g] = client.DeviceSpec{
 				ID:   fmt.Sprintf("%s-gpu%d", id, g),
-				Type: fsm.GPU,
+				Type: client.GPU,
 				Name: m.model,
-				Capabilities: fsm.Capabilities{
-					Resources: fsm.Resources{MemoryGB: m.memGB},
+				Capabilities: client.Capabilities{
+					Resources: client.Resources{MemoryGB: m.memGB},
 					Custom:    map[string]string{"model": m.model},
 				},
 				Labels: map[string]string{"zone": string(rune('a' + i%2))},
@@ -60,10 +59,10 @@ func Inventory(hosts, gpusPerHost int) []Host {
 
 // requestShapes are the GPU requests the clients send, drawn in turn: any
 // GPU, one with 40 GB or more, one with 80 GB.
-var requestShapes = []fsm.Claim{
-	{Type: fsm.GPU, Count: 1},
-	{Type: fsm.GPU, Count: 1, Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 40}}},
-	{Type: fsm.GPU, Count: 1, Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 80}}},
+var requestShapes = []client.Claim{
+	{Type: client.GPU, Count: 1},
+	{Type: client.GPU, Count: 1, Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: 40}}},
+	{Type: client.GPU, Count: 1, Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: 80}}},
 }
 
 // registerParallel bounds the registrations in flight.

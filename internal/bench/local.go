@@ -14,8 +14,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/cluster"
-	"github.com/dmsc/dmsc/transport/api"
 )
 
 // LocalConfig configures a cluster started in this process.

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client"
-	"github.com/dmsc/dmsc/fsm"
 )
 
 // Config says how hard and how long to drive the cluster.
@@ -180,7 +179,7 @@ func takeHeld(ctx context.Context, workers []*worker) error {
 			octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
 			defer cancel()
 			a, meta, err := w.cl.Allocate(octx, client.AllocateRequest{Request: client.Request{
-				Claims: []fsm.Claim{requestShapes[0]}, LeaseTTL: client.Duration(holdTTL),
+				Claims: []client.Claim{requestShapes[0]}, LeaseTTL: client.Duration(holdTTL),
 			}})
 			if err != nil {
 				errs[i] = fmt.Errorf("bench: client %d: take the allocation it reads and renews: %w", i, err)
@@ -246,7 +245,7 @@ func (w *worker) do(ctx context.Context, op Op) error {
 	switch op {
 	case OpAlloc:
 		shape := requestShapes[w.rng.IntN(len(requestShapes))]
-		a, _, err := w.cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []fsm.Claim{shape}}})
+		a, _, err := w.cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []client.Claim{shape}}})
 		if err != nil {
 			return err
 		}

@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/trace"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // Live replays through a running cluster's HTTP API instead of a state
@@ -129,12 +129,14 @@ func (lt *liveTarget) setup(ctx context.Context, nodes []trace.Node, pol fsm.Pol
 	for _, n := range nodes {
 		n.Name = lt.lv.Name + "-" + n.Name
 		cmd := HostCommand(n)
-		for i := range cmd.Devices {
-			cmd.Devices[i].Pool = lt.lv.Name
+		devices := make([]client.DeviceSpec, len(cmd.Devices))
+		for i, d := range cmd.Devices {
+			devices[i] = api.DeviceSpecToWire(d)
+			devices[i].Pool = lt.lv.Name
 		}
 		octx, cancel := lt.op(ctx)
 		_, meta, err := lt.lv.Client.RegisterHost(octx, cmd.Host.ID, client.RegisterHostRequest{
-			Devices: cmd.Devices, RequestID: lt.lv.Name + "-host-" + cmd.Host.ID})
+			Devices: devices, RequestID: lt.lv.Name + "-host-" + cmd.Host.ID})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("register host %s: %w", cmd.Host.ID, err)
@@ -144,7 +146,7 @@ func (lt *liveTarget) setup(ctx context.Context, nodes []trace.Node, pol fsm.Pol
 	}
 	octx, cancel := lt.op(ctx)
 	defer cancel()
-	_, meta, err := lt.lv.Client.SetPoolPolicy(octx, lt.lv.Name, client.PolicyConfig{Policy: pol})
+	_, meta, err := lt.lv.Client.SetPoolPolicy(octx, lt.lv.Name, client.PolicyConfig{Policy: client.Policy(pol)})
 	if err != nil {
 		return fmt.Errorf("set the policy of pool %s: %w", lt.lv.Name, err)
 	}
@@ -156,7 +158,7 @@ func (lt *liveTarget) setup(ctx context.Context, nodes []trace.Node, pol fsm.Pol
 // allocateAPI submits one request in the run's pool.
 func (lt *liveTarget) allocateAPI(ctx context.Context, req fsm.Request) (allocOutcome, error) {
 	lt.requests++
-	wreq := wire.RequestOf(req)
+	wreq := api.RequestToWire(req)
 	wreq.Pool = lt.lv.Name
 	octx, cancel := lt.op(ctx)
 	defer cancel()
@@ -166,14 +168,14 @@ func (lt *liveTarget) allocateAPI(ctx context.Context, req fsm.Request) (allocOu
 	case err == nil:
 		lt.wrote(meta)
 		switch a.Status {
-		case fsm.Active:
+		case client.Active:
 			lt.active[a.ID] = true
-		case fsm.Pending:
+		case client.Pending:
 			lt.pending[a.ID] = true
 		}
-		return allocOutcome{id: a.ID, status: a.Status}, nil
+		return allocOutcome{id: a.ID, status: fsm.AllocStatus(a.Status)}, nil
 	case errors.Is(err, client.ErrNoCapacity) && errors.As(err, &ae):
-		return allocOutcome{id: ae.AllocationID, refused: true, why: ae.WhyNot}, nil
+		return allocOutcome{id: ae.AllocationID, refused: true, why: api.WhyNotFromWire(ae.WhyNot)}, nil
 	default:
 		return allocOutcome{}, err
 	}
@@ -269,7 +271,7 @@ func (lt *liveTarget) tick(ctx context.Context, at int64, pending map[string]wai
 		var idx uint64
 		err := lt.lv.Client.WatchAllocation(wctx, id, &client.WatchOptions{WaitIndex: max(lt.index, 1) - 1}, func(a *client.Allocation) bool {
 			idx = a.ModifyIndex
-			return a.Status == fsm.Pending
+			return a.Status == client.Pending
 		})
 		cancel()
 		if err != nil {
@@ -302,14 +304,14 @@ func (lt *liveTarget) statuses(ctx context.Context, ids []string) (map[string]al
 		if err != nil {
 			return nil, fmt.Errorf("read allocation %s: %w", id, err)
 		}
-		if a.Status == fsm.Pending {
+		if a.Status == client.Pending {
 			continue
 		}
 		delete(lt.pending, id)
-		if a.Status == fsm.Active {
+		if a.Status == client.Active {
 			lt.active[id] = true
 		}
-		out[id] = allocOutcome{id: id, status: a.Status, why: a.WhyNot}
+		out[id] = allocOutcome{id: id, status: fsm.AllocStatus(a.Status), why: api.WhyNotFromWire(a.WhyNot)}
 	}
 	return out, nil
 }

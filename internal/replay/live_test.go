@@ -119,7 +119,7 @@ func checkCleanedUp(t *testing.T, ctx context.Context, cl *client.Client, pool s
 	if len(hosts) != 0 {
 		t.Errorf("%d hosts left after the cleanup, first %s", len(hosts), hosts[0].ID)
 	}
-	live, _, err := cl.Allocations(ctx, &client.AllocationFilter{Statuses: []fsm.AllocStatus{fsm.Active, fsm.Pending}}, q)
+	live, _, err := cl.Allocations(ctx, &client.AllocationFilter{Statuses: []client.AllocStatus{client.Active, client.Pending}}, q)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,12 @@
 // Package replay replays traces through fsm.State: it turns trace hosts
 // and tasks into fsm commands, applies them in log order, and measures
 // what a placement policy achieves. Live sends the same commands, in the
-// same order, through a running cluster's HTTP API instead. Protocol runs the protocol of the FGD
-// paper (Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing
-// Workloads with Fragmentation Gradient Descent", USENIX ATC'23) on the
-// Alibaba openb trace.
+// same order, through a running cluster's HTTP API instead. Protocol runs
+// the protocol of the FGD paper (Weng et al., "Beware of Fragmentation:
+// Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent",
+// USENIX ATC'23) on the Alibaba openb trace; Timeline replays tasks as
+// they arrive and leave, with the queue, and reports utilisation, waits,
+// timeouts and refusals over time.
 package replay
 
 import (

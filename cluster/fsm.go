@@ -1,4 +1,4 @@
-package fsm
+package cluster
 
 import (
 	"bytes"
@@ -10,16 +10,18 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/dmsc/dmsc/fsm"
 )
 
-// RaftFSM adapts a State to hashicorp/raft: it applies committed log
+// RaftFSM adapts an fsm.State to hashicorp/raft: it applies committed log
 // entries in batches, writes and restores snapshots in the State's own
 // encoding, and lets readers wait for an index to be applied (consistent
-// reads, blocking queries). It is the only part of this package that knows
-// about Raft.
+// reads, blocking queries). Package fsm knows nothing of Raft; this is
+// where the two meet.
 type RaftFSM struct {
 	mu    sync.RWMutex
-	state *State
+	state *fsm.State
 	// applied is the index of the last log entry applied (a command or a
 	// configuration change; Raft's no-op and barrier entries never reach
 	// the FSM). modified is the index of the last command that changed the
@@ -36,8 +38,8 @@ var (
 	_ raft.FSM         = (*RaftFSM)(nil)
 )
 
-// NewRaftFSM wraps a state (usually New()).
-func NewRaftFSM(s *State) *RaftFSM {
+// NewRaftFSM wraps a state (usually fsm.New()).
+func NewRaftFSM(s *fsm.State) *RaftFSM {
 	return &RaftFSM{state: s, advance: make(chan struct{})}
 }
 
@@ -48,9 +50,9 @@ func (f *RaftFSM) Apply(l *raft.Log) interface{} {
 }
 
 // ApplyBatch applies committed entries in order. Each command's answer is
-// a Result; configuration entries answer nil. An entry whose command type
-// this build does not know stops the node: applying the rest of the log
-// without it would make this replica diverge.
+// an fsm.Result; configuration entries answer nil. An entry whose command
+// type this build does not know stops the node: applying the rest of the
+// log without it would make this replica diverge.
 func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	f.mu.Lock()
@@ -63,18 +65,17 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		c, err := Decode(l.Data)
+		c, err := fsm.Decode(l.Data)
 		if err != nil {
-			if errors.Is(err, ErrUnknownCommand) {
+			if errors.Is(err, fsm.ErrUnknownCommand) {
 				f.mu.Unlock()
 				panic(fmt.Sprintf("fsm: log entry %d: %v: this build cannot apply the log; upgrade it", l.Index, err))
 			}
-			out[i] = Result{Index: l.Index, Err: err}
+			out[i] = fsm.Result{Index: l.Index, Err: err}
 			continue
 		}
-		quiet := f.quietTick(c)
-		res := f.state.Apply(l.Index, c)
-		if !quiet && res.Index == l.Index && (res.Err == nil || isRecorded(res.Err)) {
+		res, changed := f.state.ApplyChanged(l.Index, c)
+		if changed {
 			f.modified = l.Index
 		}
 		out[i] = res
@@ -86,21 +87,6 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
-// quietTick reports whether c is a tick that will expire nothing: it only
-// moves the clock, which no reader waits for.
-func (f *RaftFSM) quietTick(c Command) bool {
-	t, ok := c.(*Tick)
-	if !ok {
-		return false
-	}
-	due, ok := f.state.NextDeadline()
-	now := f.state.now
-	if t.Time > now {
-		now = t.Time
-	}
-	return !ok || due.UnixNano() > now
-}
-
 func (f *RaftFSM) notify() {
 	f.nmu.Lock()
 	close(f.advance)
@@ -110,7 +96,7 @@ func (f *RaftFSM) notify() {
 
 // Read runs fn on the state under the read lock and returns the applied
 // and modified indexes the state is at. fn must not keep the state.
-func (f *RaftFSM) Read(fn func(*State)) (applied, modified uint64) {
+func (f *RaftFSM) Read(fn func(*fsm.State)) (applied, modified uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.state)
@@ -179,10 +165,10 @@ func (f *RaftFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	data, err := io.ReadAll(rc)
 	if err != nil {
-		return errf(ErrSnapshot, "read: %v", err)
+		return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fsm.ErrSnapshot.Message + ": read: " + err.Error()}
 	}
 	body, applied, modified := SplitRaftSnapshot(data)
-	s, err := Restore(bytes.NewReader(body))
+	s, err := fsm.Restore(bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

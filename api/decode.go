@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // decodeJSON reads one JSON value into v: unknown fields and trailing data
@@ -52,7 +52,7 @@ func decodeAllocate(r io.Reader) (*fsm.Allocate, wire.AllocateRequest, error) {
 	if err := decodeJSON(r, &body, false); err != nil {
 		return nil, body, err
 	}
-	return &fsm.Allocate{Meta: fsm.Meta{RequestID: body.RequestID}, Request: body.Request.FSM()}, body, nil
+	return &fsm.Allocate{Meta: fsm.Meta{RequestID: body.RequestID}, Request: requestFromWire(body.Request)}, body, nil
 }
 
 // decodeRenew reads the optional body of POST /v1/allocations/{id}/renew.
@@ -77,7 +77,7 @@ func decodeDeviceStatus(r io.Reader, id string) (*fsm.SetDeviceStatus, error) {
 	if err := decodeJSON(r, &body, false); err != nil {
 		return nil, err
 	}
-	return &fsm.SetDeviceStatus{Meta: fsm.Meta{RequestID: body.RequestID}, DeviceID: id, Status: body.Status}, nil
+	return &fsm.SetDeviceStatus{Meta: fsm.Meta{RequestID: body.RequestID}, DeviceID: id, Status: fsm.DeviceStatus(body.Status)}, nil
 }
 
 // decodeRegisterHost reads the body of PUT /v1/hosts/{id}.
@@ -89,7 +89,7 @@ func decodeRegisterHost(r io.Reader, id string) (*fsm.RegisterHost, error) {
 	return &fsm.RegisterHost{
 		Meta:    fsm.Meta{RequestID: body.RequestID},
 		Host:    fsm.HostSpec{ID: id, Address: body.Address, Labels: body.Labels},
-		Devices: body.Devices,
+		Devices: mapSlice(body.Devices, DeviceSpecFromWire),
 	}, nil
 }
 
@@ -103,7 +103,7 @@ func decodePolicy(r io.Reader, typ fsm.DeviceType, pool string) (*fsm.SetPolicy,
 	return &fsm.SetPolicy{
 		Meta:       fsm.Meta{RequestID: body.RequestID},
 		DeviceType: typ, Pool: pool,
-		Config: fsm.PolicyConfig{Policy: body.Policy, PreemptionGap: body.PreemptionGap},
+		Config: policyConfigFromWire(body),
 	}, nil
 }
 
@@ -115,7 +115,7 @@ func decodeRetention(r io.Reader) (*fsm.SetRetention, error) {
 	}
 	return &fsm.SetRetention{
 		Meta:      fsm.Meta{RequestID: body.RequestID},
-		Retention: fsm.Retention{MaxCount: body.MaxCount, MaxAge: body.MaxAge.Std()},
+		Retention: retentionFromWire(body),
 	}, nil
 }
 

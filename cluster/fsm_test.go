@@ -1,4 +1,4 @@
-package fsm
+package cluster
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/dmsc/dmsc/fsm"
 )
 
 // raftHarness feeds encoded, stamped commands to a RaftFSM as Raft would.
@@ -20,41 +22,42 @@ type raftHarness struct {
 }
 
 func newRaftHarness(t *testing.T) *raftHarness {
-	return &raftHarness{t: t, f: NewRaftFSM(New()), now: t0}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	return &raftHarness{t: t, f: NewRaftFSM(fsm.New()), now: start}
 }
 
-func (h *raftHarness) log(c Command) *raft.Log {
+func (h *raftHarness) log(c fsm.Command) *raft.Log {
 	h.t.Helper()
 	h.idx++
 	h.now += int64(time.Millisecond)
-	Stamp(c, time.Unix(0, h.now))
-	data, err := Encode(c)
+	fsm.Stamp(c, time.Unix(0, h.now))
+	data, err := fsm.Encode(c)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return &raft.Log{Index: h.idx, Term: 1, Type: raft.LogCommand, Data: data}
 }
 
-func (h *raftHarness) apply(cs ...Command) []Result {
+func (h *raftHarness) apply(cs ...fsm.Command) []fsm.Result {
 	h.t.Helper()
 	logs := make([]*raft.Log, len(cs))
 	for i, c := range cs {
 		logs[i] = h.log(c)
 	}
 	out := h.f.ApplyBatch(logs)
-	res := make([]Result, len(out))
+	res := make([]fsm.Result, len(out))
 	for i, o := range out {
-		res[i] = o.(Result)
+		res[i] = o.(fsm.Result)
 	}
 	return res
 }
 
 func TestRaftFSMIndexes(t *testing.T) {
 	h := newRaftHarness(t)
-	lease := gpuReq(10)
+	lease := gpuRequest(10)
 	lease.Request.LeaseTTL = time.Second
-	res := h.apply(host("h1", gpu("g1", 40)), lease)
-	if res[1].Err != nil || res[1].Allocation.Status != Active {
+	res := h.apply(staticHost("h1", gpu("g1", 40)), lease)
+	if res[1].Err != nil || res[1].Allocation.Status != fsm.Active {
 		t.Fatalf("allocate: %+v", res[1])
 	}
 	// A configuration entry advances the applied index only.
@@ -65,17 +68,17 @@ func TestRaftFSMIndexes(t *testing.T) {
 
 	type step struct {
 		name    string
-		cmd     func() Command
+		cmd     func() fsm.Command
 		advance time.Duration
 		changes bool
 	}
 	steps := []step{
-		{"quiet tick", func() Command { return &Tick{} }, 0, false},
-		{"refused command", func() Command { return &Release{AllocationID: "nope"} }, 0, false},
-		{"repeated request", func() Command { c := gpuReq(1); c.RequestID = "r1"; return c }, 0, true},
-		{"repeated request again", func() Command { c := gpuReq(1); c.RequestID = "r1"; return c }, 0, false},
-		{"refusal for capacity is recorded", func() Command { return gpuReq(1000) }, 0, true},
-		{"tick that expires a lease", func() Command { return &Tick{} }, 2 * time.Second, true},
+		{"quiet tick", func() fsm.Command { return &fsm.Tick{} }, 0, false},
+		{"refused command", func() fsm.Command { return &fsm.Release{AllocationID: "nope"} }, 0, false},
+		{"repeated request", func() fsm.Command { c := gpuRequest(1); c.RequestID = "r1"; return c }, 0, true},
+		{"repeated request again", func() fsm.Command { c := gpuRequest(1); c.RequestID = "r1"; return c }, 0, false},
+		{"refusal for capacity is recorded", func() fsm.Command { return gpuRequest(1000) }, 0, true},
+		{"tick that expires a lease", func() fsm.Command { return &fsm.Tick{} }, 2 * time.Second, true},
 	}
 	for _, s := range steps {
 		_, before := h.f.Indexes()
@@ -93,7 +96,7 @@ func TestRaftFSMIndexes(t *testing.T) {
 
 func TestRaftFSMSnapshotRoundTrip(t *testing.T) {
 	h := newRaftHarness(t)
-	h.apply(host("h1", gpu("g1", 40), gpu("g2", 40)), gpuReq(10), &Tick{})
+	h.apply(staticHost("h1", gpu("g1", 40), gpu("g2", 40)), gpuRequest(10), &fsm.Tick{})
 	snap, err := h.f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +107,7 @@ func TestRaftFSMSnapshotRoundTrip(t *testing.T) {
 	}
 	applied, modified := h.f.Indexes()
 
-	g := NewRaftFSM(New())
+	g := NewRaftFSM(fsm.New())
 	if err := g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +115,8 @@ func TestRaftFSMSnapshotRoundTrip(t *testing.T) {
 		t.Fatalf("restored indexes %d/%d, want %d/%d", a, m, applied, modified)
 	}
 	var want, got []byte
-	h.f.Read(func(s *State) { want = s.SnapshotBytes() })
-	g.Read(func(s *State) { got = s.SnapshotBytes() })
+	h.f.Read(func(s *fsm.State) { want = s.SnapshotBytes() })
+	g.Read(func(s *fsm.State) { got = s.SnapshotBytes() })
 	if !bytes.Equal(want, got) {
 		t.Fatal("restored state differs")
 	}
@@ -124,7 +127,7 @@ func TestRaftFSMSnapshotRoundTrip(t *testing.T) {
 	if !bytes.Equal(body, want) {
 		t.Fatal("snapshot body is not the state's encoding")
 	}
-	h.apply(gpuReq(10), gpuReq(10))
+	h.apply(gpuRequest(10), gpuRequest(10))
 	before, _ := h.f.Indexes()
 	if err := h.f.Restore(io.NopCloser(bytes.NewReader(body))); err != nil {
 		t.Fatal(err)
@@ -132,19 +135,19 @@ func TestRaftFSMSnapshotRoundTrip(t *testing.T) {
 	if a, m := h.f.Indexes(); a != before || m != before {
 		t.Fatalf("indexes after a backup restore %d/%d, want %d", a, m, before)
 	}
-	if err := h.f.Restore(io.NopCloser(bytes.NewReader([]byte("junk")))); !errors.Is(err, ErrSnapshot) {
+	if err := h.f.Restore(io.NopCloser(bytes.NewReader([]byte("junk")))); !errors.Is(err, fsm.ErrSnapshot) {
 		t.Fatalf("junk snapshot: %v", err)
 	}
 }
 
 func TestRaftFSMUnknownCommandStopsTheNode(t *testing.T) {
-	f := NewRaftFSM(New())
+	f := NewRaftFSM(fsm.New())
 	defer func() {
 		if recover() == nil {
 			t.Fatal("an unknown command was skipped")
 		}
 		// The lock was released: the node can still be read while it stops.
-		f.Read(func(*State) {})
+		f.Read(func(*fsm.State) {})
 	}()
 	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{250, '{', '}'}})
 }
@@ -156,8 +159,8 @@ func TestRaftFSMWaits(t *testing.T) {
 	done := make(chan error, 2)
 	go func() { done <- h.f.WaitApplied(ctx, 2) }()
 	go func() { done <- h.f.WaitModified(ctx, 1) }()
-	h.apply(&Tick{})                 // index 1: quiet
-	h.apply(host("h1", gpu("g", 1))) // index 2: a change
+	h.apply(&fsm.Tick{})                   // index 1: quiet
+	h.apply(staticHost("h1", gpu("g", 1))) // index 2: a change
 	for i := 0; i < 2; i++ {
 		if err := <-done; err != nil {
 			t.Fatal(err)

@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // deviceStatuses are the statuses a device may read as.
@@ -39,7 +39,7 @@ func (s *Server) listDevices(w http.ResponseWriter, r *http.Request) error {
 	if out == nil {
 		out = []fsm.Device{}
 	}
-	writeJSON(w, r, http.StatusOK, out)
+	writeJSON(w, r, http.StatusOK, mapSlice(out, deviceToWire))
 	return nil
 }
 
@@ -75,7 +75,7 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return notFound("device", id)
 	}
-	writeJSON(w, r, http.StatusOK, d)
+	writeJSON(w, r, http.StatusOK, deviceToWire(d))
 	return nil
 }
 
@@ -95,7 +95,7 @@ func (s *Server) setStatus(w http.ResponseWriter, r *http.Request, cmd *fsm.SetD
 	if !ok {
 		return notFound("device", cmd.DeviceID)
 	}
-	writeJSON(w, r, http.StatusOK, d)
+	writeJSON(w, r, http.StatusOK, deviceToWire(d))
 	return nil
 }
 
@@ -132,11 +132,7 @@ func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) error {
 	if err := s.read(w, r, func(st *fsm.State) { hosts = st.Hosts() }); err != nil {
 		return err
 	}
-	out := make([]wire.Host, len(hosts))
-	for i, h := range hosts {
-		out[i] = wire.HostOf(h)
-	}
-	writeJSON(w, r, http.StatusOK, out)
+	writeJSON(w, r, http.StatusOK, mapSlice(hosts, hostToWire))
 	return nil
 }
 
@@ -153,7 +149,7 @@ func (s *Server) getHost(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return notFound("host", id)
 	}
-	writeJSON(w, r, http.StatusOK, wire.HostOf(h))
+	writeJSON(w, r, http.StatusOK, hostToWire(h))
 	return nil
 }
 
@@ -177,7 +173,7 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return notFound("host", cmd.Host.ID)
 	}
-	writeJSON(w, r, http.StatusOK, wire.HostOf(h))
+	writeJSON(w, r, http.StatusOK, hostToWire(h))
 	return nil
 }
 

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 func TestDevices(t *testing.T) {
@@ -14,7 +14,7 @@ func TestDevices(t *testing.T) {
 	e.seed()
 	devices := func(query string) []string {
 		t.Helper()
-		var list []fsm.Device
+		var list []wire.Device
 		e.do("GET", "/v1/devices"+query, "").ok(200).decode(&list)
 		var ids []string
 		for _, d := range list {
@@ -38,25 +38,25 @@ func TestDevices(t *testing.T) {
 			t.Errorf("devices%s = %s, want %s", q, got, want)
 		}
 	}
-	var d fsm.Device
+	var d wire.Device
 	e.do("GET", "/v1/devices/g3", "").ok(200).decode(&d)
 	if d.Host != "h2" || d.Pool != "big" || d.Capabilities.MemoryGB != 80 || d.Labels["rack"] != "r2" {
 		t.Fatalf("device g3: %+v", d)
 	}
 
 	e.do("POST", "/v1/devices/g1/status", `{"status":"unhealthy"}`).ok(200).decode(&d)
-	if d.Status != fsm.Unhealthy {
+	if d.Status != wire.Unhealthy {
 		t.Fatalf("status %s", d.Status)
 	}
 	if got := strings.Join(devices("?status=unhealthy"), ","); got != "g1" {
 		t.Fatalf("unhealthy devices %s", got)
 	}
 	e.do("POST", "/v1/devices/g1/drain", "").ok(200).decode(&d)
-	if d.Status != fsm.Draining {
+	if d.Status != wire.Draining {
 		t.Fatalf("drained: %s", d.Status)
 	}
 	e.do("POST", "/v1/devices/g1/undrain", `{"request_id":"u1"}`).ok(200).decode(&d)
-	if d.Status != fsm.Available {
+	if d.Status != wire.Available {
 		t.Fatalf("undrained: %s", d.Status)
 	}
 
@@ -118,7 +118,7 @@ func TestHosts(t *testing.T) {
 func TestPoolsPoliciesRetention(t *testing.T) {
 	e := newEnv(t, Options{})
 	e.seed()
-	var pools []fsm.PoolInfo
+	var pools []wire.PoolInfo
 	e.do("GET", "/v1/pools", "").ok(200).decode(&pools)
 	if len(pools) != 2 || pools[0].Name != "big" || pools[1].Name != fsm.DefaultPool || pools[1].Devices.Total != 3 {
 		t.Fatalf("pools %+v", pools)
@@ -126,19 +126,19 @@ func TestPoolsPoliciesRetention(t *testing.T) {
 
 	var p wire.Policies
 	e.do("GET", "/v1/policies", "").ok(200).decode(&p)
-	if p.Types[fsm.GPU].Policy != fsm.BestFit || len(p.Pools) != 0 {
+	if p.Types[wire.GPU].Policy != wire.BestFit || len(p.Pools) != 0 {
 		t.Fatalf("policies %+v", p)
 	}
 	e.do("PUT", "/v1/policies/GPU", `{"policy":"PriorityBased","preemption_gap":20}`).ok(200).decode(&p)
-	if c := p.Types[fsm.GPU]; c.Policy != fsm.PriorityBased || c.PreemptionGap != 20 {
+	if c := p.Types[wire.GPU]; c.Policy != wire.PriorityBased || c.PreemptionGap != 20 {
 		t.Fatalf("GPU policy %+v", c)
 	}
 	e.do("PUT", "/v1/pools/big/policy", `{"policy":"WorstFit"}`).ok(200).decode(&p)
-	if p.Pools["big"].Policy != fsm.WorstFit {
+	if p.Pools["big"].Policy != wire.WorstFit {
 		t.Fatalf("pool policy %+v", p.Pools)
 	}
 	e.do("GET", "/v1/pools", "").ok(200).decode(&pools)
-	if pools[0].Override == nil || pools[0].Override.Policy != fsm.WorstFit {
+	if pools[0].Override == nil || pools[0].Override.Policy != wire.WorstFit {
 		t.Fatalf("pool override %+v", pools[0])
 	}
 	p = wire.Policies{}
@@ -182,18 +182,18 @@ func TestStatsAndRecommendations(t *testing.T) {
 	e.do("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1,"capabilities":{"memory_gb":500}}]}`).apiErr(409, fsm.ErrNoCapacity.Code)
 	e.do("POST", "/v1/allocations/"+a.ID+"/release", "").ok(200)
 
-	var stats []fsm.Stats
+	var stats []wire.Stats
 	e.do("GET", "/v1/stats?type=GPU&pool=*", "").ok(200).decode(&stats)
-	if len(stats) != 1 || stats[0].Type != fsm.GPU || stats[0].Pool != fsm.AllPools ||
+	if len(stats) != 1 || stats[0].Type != wire.GPU || stats[0].Pool != fsm.AllPools ||
 		stats[0].Counts.Total != 2 || stats[0].Counts.Failed != 1 || stats[0].Counts.Released != 1 || stats[0].Devices.Total != 3 {
 		t.Fatalf("GPU stats %+v", stats)
 	}
 	e.do("GET", "/v1/stats", "").ok(200).decode(&stats)
-	types := map[fsm.DeviceType]bool{}
+	types := map[wire.DeviceType]bool{}
 	for _, s := range stats {
 		types[s.Type] = true
 	}
-	if !types[fsm.GPU] || !types[fsm.CPU] || len(types) != 2 {
+	if !types[wire.GPU] || !types[wire.CPU] || len(types) != 2 {
 		t.Fatalf("stats types %v", types)
 	}
 	e.do("GET", "/v1/stats?pool=big", "").ok(200).decode(&stats)
@@ -201,10 +201,10 @@ func TestStatsAndRecommendations(t *testing.T) {
 		t.Fatalf("pool stats %+v", stats)
 	}
 
-	var recs []fsm.Recommendation
+	var recs []wire.Recommendation
 	e.do("GET", "/v1/recommendations?type=GPU", "").ok(200).decode(&recs)
 	for _, r := range recs {
-		if r.Type != fsm.GPU || r.Kind == "" || r.Message == "" {
+		if r.Type != wire.GPU || r.Kind == "" || r.Message == "" {
 			t.Fatalf("recommendation %+v", r)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // slotKey keys the request's concurrency slot in its context, so that a
@@ -107,7 +106,7 @@ func answerAllocation(w http.ResponseWriter, r *http.Request, a *fsm.Allocation)
 	if a.Status == fsm.Pending {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, r, status, wire.AllocationOf(a))
+	writeJSON(w, r, status, allocationToWire(a))
 	return nil
 }
 
@@ -176,11 +175,7 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) error {
 	if err := s.read(w, r, func(st *fsm.State) { queue = st.Queue() }); err != nil {
 		return err
 	}
-	out := make([]wire.Allocation, len(queue))
-	for i, a := range queue {
-		out[i] = wire.AllocationOf(a)
-	}
-	writeJSON(w, r, http.StatusOK, out)
+	writeJSON(w, r, http.StatusOK, mapSlice(queue, allocationToWire))
 	return nil
 }
 
@@ -194,7 +189,7 @@ func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
 	if a == nil {
 		return notFound("allocation", id)
 	}
-	writeJSON(w, r, http.StatusOK, wire.AllocationOf(a))
+	writeJSON(w, r, http.StatusOK, allocationToWire(a))
 	return nil
 }
 

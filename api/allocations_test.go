@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 const gpuReq = `{"claims":[{"type":"GPU","count":1,"capabilities":{"memory_gb":40}}]}`
@@ -25,7 +25,7 @@ func TestCreateAllocation(t *testing.T) {
 	r := e.do("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1,"capabilities":{"memory_gb":40}}],
 		"priority":5,"lease_ttl":"1m","request_id":"req-1"}`).ok(http.StatusOK)
 	a := r.alloc()
-	if a.Status != fsm.Active || len(a.Devices) != 1 || a.Host == "" || a.RequestID != "req-1" {
+	if a.Status != wire.Active || len(a.Devices) != 1 || a.Host == "" || a.RequestID != "req-1" {
 		t.Fatalf("allocation %+v", a)
 	}
 	if a.Request.LeaseTTL.Std() != time.Minute || a.LeaseExpiresAt.IsZero() || a.AllocatedAt.IsZero() {
@@ -74,7 +74,7 @@ func TestCreateAllocationRefused(t *testing.T) {
 	}
 	var got wire.Allocation
 	e.do("GET", "/v1/allocations/"+body.AllocationID, "").ok(200).decode(&got)
-	if got.Status != fsm.Failed {
+	if got.Status != wire.Failed {
 		t.Fatalf("refused allocation is %s", got.Status)
 	}
 	// The retry gives the same refusal.
@@ -136,7 +136,7 @@ func TestAllocationWaitPlaced(t *testing.T) {
 		held = append(held, e.do("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1}]}`).ok(200).alloc())
 	}
 	pending := e.do("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1}],"timeout":"1m"}`).ok(http.StatusAccepted).alloc()
-	if pending.Status != fsm.Pending || pending.WhyNot == nil || pending.Deadline.IsZero() {
+	if pending.Status != wire.Pending || pending.WhyNot == nil || pending.Deadline.IsZero() {
 		t.Fatalf("pending allocation %+v", pending)
 	}
 	var queue []wire.Allocation
@@ -165,7 +165,7 @@ func TestAllocationWaitPlaced(t *testing.T) {
 	e.do("POST", "/v1/allocations/"+held[1].ID+"/release", "").ok(200)
 	select {
 	case r := <-done:
-		if a := r.ok(http.StatusOK).alloc(); a.Status != fsm.Active {
+		if a := r.ok(http.StatusOK).alloc(); a.Status != wire.Active {
 			t.Fatalf("waited allocation is %s", a.Status)
 		}
 	case <-time.After(10 * time.Second):
@@ -195,7 +195,7 @@ func TestAllocationWaitTimesOut(t *testing.T) {
 		body := r.apiErr(http.StatusConflict, fsm.ErrNoCapacity.Code)
 		var a wire.Allocation
 		e.do("GET", "/v1/allocations/"+body.AllocationID, "").ok(200).decode(&a)
-		if a.Status != fsm.TimedOut || body.WhyNot == nil {
+		if a.Status != wire.TimedOut || body.WhyNot == nil {
 			t.Fatalf("timed-out allocation %+v, why-not %v", a, body.WhyNot)
 		}
 	case <-time.After(10 * time.Second):
@@ -228,7 +228,7 @@ func TestAllocationLifecycle(t *testing.T) {
 	})
 
 	rel := e.do("POST", path+"/release", `{"request_id":"rel-1"}`).ok(200).alloc()
-	if rel.Status != fsm.Released || rel.EndedAt.IsZero() {
+	if rel.Status != wire.Released || rel.EndedAt.IsZero() {
 		t.Fatalf("released allocation %+v", rel)
 	}
 	// A retried release answers the same; a new one is refused.
@@ -252,7 +252,7 @@ func TestAllocationLifecycle(t *testing.T) {
 	e.noSideEffect(func() {
 		e.do("POST", "/v1/allocations/"+p.ID+"/release", "").apiErr(409, fsm.ErrNotActive.Code)
 	})
-	if c := e.do("POST", "/v1/allocations/"+p.ID+"/cancel", "").ok(200).alloc(); c.Status != fsm.Cancelled {
+	if c := e.do("POST", "/v1/allocations/"+p.ID+"/cancel", "").ok(200).alloc(); c.Status != wire.Cancelled {
 		t.Fatalf("cancelled allocation is %s", c.Status)
 	}
 }
@@ -331,7 +331,7 @@ func TestListAllocations(t *testing.T) {
 	// History holds only ended allocations.
 	var h wire.AllocationList
 	e.do("GET", "/v1/history?status=failed", "").ok(200).decode(&h)
-	if len(h.Allocations) != 1 || h.Allocations[0].Status != fsm.Failed {
+	if len(h.Allocations) != 1 || h.Allocations[0].Status != wire.Failed {
 		t.Fatalf("history: %+v", h)
 	}
 	e.do("GET", "/v1/history?limit=1", "").ok(200).decode(&h)

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 func TestClusterRoutes(t *testing.T) {
@@ -97,7 +97,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	e.do("POST", "/v1/allocations/"+a.ID+"/release", "").ok(200)
 	e.do("DELETE", "/v1/hosts/h2", "").ok(200)
 	e.do("PUT", "/v1/snapshot", string(snap)).ok(200)
-	if got := e.do("GET", "/v1/allocations/"+a.ID, "").ok(200).alloc(); got.Status != fsm.Active {
+	if got := e.do("GET", "/v1/allocations/"+a.ID, "").ok(200).alloc(); got.Status != wire.Active {
 		t.Fatalf("after restore the allocation is %s", got.Status)
 	}
 	e.do("GET", "/v1/hosts/h2", "").ok(200)

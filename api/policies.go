@@ -3,8 +3,8 @@ package api
 import (
 	"net/http"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // GET /v1/pools
@@ -13,12 +13,12 @@ func (s *Server) listPools(w http.ResponseWriter, r *http.Request) error {
 	if err := s.read(w, r, func(st *fsm.State) { pools = st.Pools() }); err != nil {
 		return err
 	}
-	writeJSON(w, r, http.StatusOK, pools)
+	writeJSON(w, r, http.StatusOK, mapSlice(pools, poolInfoToWire))
 	return nil
 }
 
 func policiesOf(st *fsm.State) wire.Policies {
-	return wire.Policies{Types: st.TypePolicies(), Pools: st.PoolPolicies()}
+	return policiesToWire(st.TypePolicies(), st.PoolPolicies())
 }
 
 // GET /v1/policies
@@ -73,8 +73,7 @@ func (s *Server) deletePoolPolicy(w http.ResponseWriter, r *http.Request) error 
 }
 
 func retentionOf(st *fsm.State) wire.Retention {
-	rt := st.Retention()
-	return wire.Retention{MaxCount: rt.MaxCount, MaxAge: wire.Duration(rt.MaxAge)}
+	return retentionToWire(st.Retention())
 }
 
 // GET /v1/retention
@@ -117,7 +116,7 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) error {
 	if err := s.read(w, r, func(st *fsm.State) { out = st.Stats(f) }); err != nil {
 		return err
 	}
-	writeJSON(w, r, http.StatusOK, out)
+	writeJSON(w, r, http.StatusOK, mapSlice(out, statsToWire))
 	return nil
 }
 
@@ -131,6 +130,6 @@ func (s *Server) getRecommendations(w http.ResponseWriter, r *http.Request) erro
 	if err := s.read(w, r, func(st *fsm.State) { out = st.Recommend(typ) }); err != nil {
 		return err
 	}
-	writeJSON(w, r, http.StatusOK, out)
+	writeJSON(w, r, http.StatusOK, mapSlice(out, recommendationToWire))
 	return nil
 }

@@ -18,9 +18,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // fakeBackend is a node without a network: commands are applied at once
@@ -28,7 +28,7 @@ import (
 // increasing log indexes and a clock the test moves.
 type fakeBackend struct {
 	mu    sync.Mutex
-	f     *fsm.RaftFSM
+	f     *cluster.RaftFSM
 	index uint64
 	now   time.Time
 	// applyErr, when set, answers every Apply instead of applying.
@@ -44,7 +44,7 @@ type fakeBackend struct {
 
 func newFake() *fakeBackend {
 	return &fakeBackend{
-		f:      fsm.NewRaftFSM(fsm.New()),
+		f:      cluster.NewRaftFSM(fsm.New()),
 		now:    time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
 		leader: true,
 	}
@@ -187,7 +187,7 @@ func (b *fakeBackend) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	}
 	b.index += 2
 	var buf bytes.Buffer
-	fsm.WriteRaftSnapshotHeader(&buf, b.index, b.index)
+	cluster.WriteRaftSnapshotHeader(&buf, b.index, b.index)
 	buf.Write(data)
 	return b.f.Restore(io.NopCloser(&buf))
 }

@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 func memberOf(m cluster.Member) wire.Member {

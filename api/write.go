@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // readAfterWait bounds how long an answer to a write waits for the local

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // boolParam reads a flag parameter: present without a value, or with a
@@ -251,9 +251,5 @@ func cmpSeq(a, b uint64) int {
 
 // allocationList converts a page.
 func allocationList(page []*fsm.Allocation, next string) wire.AllocationList {
-	out := wire.AllocationList{Allocations: make([]wire.Allocation, len(page)), Next: next}
-	for i, a := range page {
-		out.Allocations[i] = wire.AllocationOf(a)
-	}
-	return out
+	return wire.AllocationList{Allocations: mapSlice(page, allocationToWire), Next: next}
 }

@@ -4,7 +4,7 @@
 // and, when enabled, /debug/pprof/. Reads come from the local replica with
 // freshness headers and may block on an index; writes go through the
 // node, which forwards them to the leader. docs/api.md is the reference;
-// the bodies are in package wire.
+// the bodies are those of package client/wire, which the Go SDK shares.
 package api
 
 import (

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // apiError is an error the API layer raises itself, with its status.
@@ -102,7 +102,7 @@ func errorBody(err error) (int, wire.Error) {
 			return ae.status, body
 		}
 	case errors.As(err, &fe):
-		body.Code, body.Message, body.WhyNot = fe.Code, err.Error(), fe.WhyNot
+		body.Code, body.Message, body.WhyNot = fe.Code, err.Error(), whyNotToWire(fe.WhyNot)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		body.Code, body.Message = cluster.ErrTimeout.Code, cluster.ErrTimeout.Message+": "+err.Error()
 	default:

@@ -1,7 +1,9 @@
-// Package wire defines the JSON bodies of the dmsc HTTP API: what clients
-// send, what the server answers, the error envelope and the header names.
-// It depends on nothing but the scheduler's model (package fsm), so a
-// client can share it with the server. Durations travel as Go duration
+// Package wire holds the JSON bodies of the dmsc HTTP API: what clients
+// send, what the server answers, the error envelope and codes, and the
+// header names. It imports only the standard library, so that the Go SDK
+// (package client) shares it with the server (package api) without
+// depending on any of the server's code; the server converts between
+// these types and its state machine's. Durations travel as Go duration
 // strings ("30s", "1h30m"); times as RFC 3339 strings.
 package wire
 
@@ -9,8 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
-
-	"github.com/dmsc/dmsc/fsm"
 )
 
 // Response headers.
@@ -27,14 +27,45 @@ const (
 	HeaderRequestID = "X-Request-Id"
 )
 
-// Error codes of the API layer. The other codes are those of fsm.Error and
-// of the cluster package (no_leader, timeout, ...), passed on verbatim.
+// Error codes (Error.Code). They are stable: clients match on them.
 const (
-	CodeBadRequest       = "bad_request"
-	CodeBodyTooLarge     = "body_too_large"
-	CodeOverloaded       = "overloaded"
+	// CodeBadRequest: the API cannot read the request (malformed JSON,
+	// unknown field, bad query parameter, bad request ID).
+	CodeBadRequest = "bad_request"
+	// CodeInvalid: the scheduler refused the values (unknown device type
+	// or policy, count 0, negative duration, ...).
+	CodeInvalid = "invalid_argument"
+	// CodeBadSnapshot: an uploaded snapshot cannot be restored.
+	CodeBadSnapshot = "bad_snapshot"
+	// CodeNotFound: no such allocation, device, host, Raft server or route.
+	CodeNotFound = "not_found"
+	// CodeMethodNotAllowed: the path exists with other methods.
 	CodeMethodNotAllowed = "method_not_allowed"
-	CodeInternal         = "internal"
+	// CodeConflict: the state forbids it.
+	CodeConflict = "conflict"
+	// CodeNotActive: the allocation is not active.
+	CodeNotActive = "not_active"
+	// CodeNoCapacity: nothing fits now, or before the request's deadline;
+	// Error.WhyNot explains.
+	CodeNoCapacity = "no_capacity"
+	// CodeBodyTooLarge: the body is over the route's cap.
+	CodeBodyTooLarge = "body_too_large"
+	// CodeOverloaded: too many requests in flight on the node. Retryable.
+	CodeOverloaded = "overloaded"
+	// CodeNoLeader: no leader was known in time. Retryable.
+	CodeNoLeader = "no_leader"
+	// CodeNotLeader: leadership moved during the request. Retryable.
+	CodeNotLeader = "not_leader"
+	// CodeShutdown: the node is shutting down. Retryable on another node.
+	CodeShutdown = "shutdown"
+	// CodeNotServer: the node is a host and holds no replica. Retryable
+	// on another node.
+	CodeNotServer = "not_server"
+	// CodeTimeout: the request ran out of time; the outcome of a write is
+	// unknown. Retryable with the same request ID.
+	CodeTimeout = "timeout"
+	// CodeInternal: a bug on the server.
+	CodeInternal = "internal"
 )
 
 // ErrorResponse is the body of every answer with a status of 400 or more.
@@ -51,7 +82,7 @@ type Error struct {
 	// same request ID), to this node or another.
 	Retryable bool `json:"retryable"`
 	// WhyNot explains a no_capacity refusal.
-	WhyNot *fsm.WhyNot `json:"why_not,omitempty"`
+	WhyNot *WhyNot `json:"why_not,omitempty"`
 	// AllocationID names the allocation a refusal recorded (no_capacity).
 	AllocationID string `json:"allocation_id,omitempty"`
 	// RequestID is the request ID of a refused write.
@@ -90,30 +121,20 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // Std returns the duration as a time.Duration.
 func (d Duration) Std() time.Duration { return time.Duration(d) }
 
-// Request is an allocation request: fsm.Request with durations as strings.
+// Request is an allocation request: one or more claims that must all be
+// satisfied on one host, at once.
 type Request struct {
-	Claims   []fsm.Claim       `json:"claims"`
-	Priority int               `json:"priority,omitempty"`
-	Timeout  Duration          `json:"timeout,omitempty"`
-	LeaseTTL Duration          `json:"lease_ttl,omitempty"`
-	Pool     string            `json:"pool,omitempty"`
-	Labels   fsm.LabelSelector `json:"labels,omitzero"`
-}
-
-// RequestOf converts a scheduler request.
-func RequestOf(r fsm.Request) Request {
-	return Request{
-		Claims: r.Claims, Priority: r.Priority, Timeout: Duration(r.Timeout),
-		LeaseTTL: Duration(r.LeaseTTL), Pool: r.Pool, Labels: r.Labels,
-	}
-}
-
-// FSM converts the request for the scheduler.
-func (r Request) FSM() fsm.Request {
-	return fsm.Request{
-		Claims: r.Claims, Priority: r.Priority, Timeout: r.Timeout.Std(),
-		LeaseTTL: r.LeaseTTL.Std(), Pool: r.Pool, Labels: r.Labels,
-	}
+	Claims []Claim `json:"claims"`
+	// Priority is 0..1000; higher is served first from the queue.
+	Priority int `json:"priority,omitempty"`
+	// Timeout is how long the request may wait in the queue; zero fails
+	// at once when nothing fits.
+	Timeout Duration `json:"timeout,omitempty"`
+	// LeaseTTL makes the allocation expire unless renewed within it.
+	LeaseTTL Duration `json:"lease_ttl,omitempty"`
+	// Pool restricts every claim without a pool of its own.
+	Pool   string        `json:"pool,omitempty"`
+	Labels LabelSelector `json:"labels,omitzero"`
 }
 
 // AllocateRequest is the body of POST /v1/allocations.
@@ -143,8 +164,8 @@ type WriteRequest struct {
 // DeviceStatusRequest is the body of POST /v1/devices/{id}/status.
 type DeviceStatusRequest struct {
 	// Status is available, draining or unhealthy.
-	Status    fsm.DeviceStatus `json:"status"`
-	RequestID string           `json:"request_id,omitempty"`
+	Status    DeviceStatus `json:"status"`
+	RequestID string       `json:"request_id,omitempty"`
 }
 
 // RegisterHostRequest is the body of PUT /v1/hosts/{id}: a host and its
@@ -152,16 +173,16 @@ type DeviceStatusRequest struct {
 type RegisterHostRequest struct {
 	Address   string            `json:"address,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
-	Devices   []fsm.DeviceSpec  `json:"devices"`
+	Devices   []DeviceSpec      `json:"devices"`
 	RequestID string            `json:"request_id,omitempty"`
 }
 
 // PolicyRequest is the body of PUT /v1/policies/{type} and
 // PUT /v1/pools/{pool}/policy.
 type PolicyRequest struct {
-	Policy        fsm.Policy `json:"policy"`
-	PreemptionGap int        `json:"preemption_gap,omitempty"`
-	RequestID     string     `json:"request_id,omitempty"`
+	Policy        Policy `json:"policy"`
+	PreemptionGap int    `json:"preemption_gap,omitempty"`
+	RequestID     string `json:"request_id,omitempty"`
 }
 
 // RetentionRequest is the body of PUT /v1/retention.
@@ -180,51 +201,32 @@ type Retention struct {
 // Policies are the policies in force: one per device type (defaults
 // included) and the per-pool overrides.
 type Policies struct {
-	Types map[fsm.DeviceType]fsm.PolicyConfig `json:"types"`
-	Pools map[string]fsm.PolicyConfig         `json:"pools"`
+	Types map[DeviceType]PolicyConfig `json:"types"`
+	Pools map[string]PolicyConfig     `json:"pools"`
 }
 
 // Allocation is an allocation as the API shows it.
 type Allocation struct {
-	ID          string           `json:"id"`
-	RequestID   string           `json:"request_id,omitempty"`
-	Request     Request          `json:"request"`
-	Status      fsm.AllocStatus  `json:"status"`
-	Policy      fsm.Policy       `json:"policy"`
-	Host        string           `json:"host,omitempty"`
-	Devices     []fsm.Assignment `json:"devices,omitempty"`
-	Seq         uint64           `json:"seq"`
-	CreateIndex uint64           `json:"create_index"`
-	ModifyIndex uint64           `json:"modify_index"`
+	ID          string       `json:"id"`
+	RequestID   string       `json:"request_id,omitempty"`
+	Request     Request      `json:"request"`
+	Status      AllocStatus  `json:"status"`
+	Policy      Policy       `json:"policy"`
+	Host        string       `json:"host,omitempty"`
+	Devices     []Assignment `json:"devices,omitempty"`
+	Seq         uint64       `json:"seq"`
+	CreateIndex uint64       `json:"create_index"`
+	ModifyIndex uint64       `json:"modify_index"`
 	// Times come from the leader's clock.
-	RequestedAt    time.Time   `json:"requested_at,omitzero"`
-	AllocatedAt    time.Time   `json:"allocated_at,omitzero"`
-	EndedAt        time.Time   `json:"ended_at,omitzero"`
-	Deadline       time.Time   `json:"deadline,omitzero"`
-	LeaseExpiresAt time.Time   `json:"lease_expires_at,omitzero"`
-	PreemptedBy    string      `json:"preempted_by,omitempty"`
-	Preempted      []string    `json:"preempted,omitempty"`
-	Reason         string      `json:"reason,omitempty"`
-	WhyNot         *fsm.WhyNot `json:"why_not,omitempty"`
-}
-
-// unixTime converts Unix nanoseconds, zero staying zero.
-func unixTime(ns int64) time.Time {
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns).UTC()
-}
-
-// AllocationOf converts a scheduler allocation.
-func AllocationOf(a *fsm.Allocation) Allocation {
-	return Allocation{
-		ID: a.ID, RequestID: a.RequestID, Request: RequestOf(a.Request), Status: a.Status, Policy: a.Policy,
-		Host: a.Host, Devices: a.Devices, Seq: a.Seq, CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex,
-		RequestedAt: unixTime(a.RequestedAt), AllocatedAt: unixTime(a.AllocatedAt), EndedAt: unixTime(a.EndedAt),
-		Deadline: unixTime(a.Deadline), LeaseExpiresAt: unixTime(a.LeaseExpiresAt),
-		PreemptedBy: a.PreemptedBy, Preempted: a.Preempted, Reason: a.Reason, WhyNot: a.WhyNot,
-	}
+	RequestedAt    time.Time `json:"requested_at,omitzero"`
+	AllocatedAt    time.Time `json:"allocated_at,omitzero"`
+	EndedAt        time.Time `json:"ended_at,omitzero"`
+	Deadline       time.Time `json:"deadline,omitzero"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+	PreemptedBy    string    `json:"preempted_by,omitempty"`
+	Preempted      []string  `json:"preempted,omitempty"`
+	Reason         string    `json:"reason,omitempty"`
+	WhyNot         *WhyNot   `json:"why_not,omitempty"`
 }
 
 // AllocationList is a page of allocations. Next is the token of the next
@@ -244,15 +246,6 @@ type Host struct {
 	Since time.Time `json:"since,omitzero"`
 	// Devices are the IDs of the host's devices, sorted.
 	Devices []string `json:"devices"`
-}
-
-// HostOf converts a scheduler host.
-func HostOf(h fsm.Host) Host {
-	devices := h.Devices
-	if devices == nil {
-		devices = []string{}
-	}
-	return Host{ID: h.ID, Address: h.Address, Labels: h.Labels, Up: h.Up, Since: unixTime(h.Since), Devices: devices}
 }
 
 // NodeStatus is a node's health summary (GET /v1/ready, /v1/agent/self).

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport/api/wire"
 )
 
 // TestSingleNode serves the API over a real one-node cluster: writes go
@@ -90,7 +90,7 @@ func TestSingleNode(t *testing.T) {
 
 	var a wire.Allocation
 	hdr := call("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1,"capabilities":{"memory_gb":40}}],"request_id":"one"}`, 200, &a)
-	if a.Status != fsm.Active || hdr.Get(wire.HeaderRequestID) != "one" {
+	if a.Status != wire.Active || hdr.Get(wire.HeaderRequestID) != "one" {
 		t.Fatalf("allocation %+v", a)
 	}
 	var again wire.Allocation
@@ -143,7 +143,7 @@ func TestSingleNode(t *testing.T) {
 	call("POST", "/v1/allocations/"+a.ID+"/release", "", 200, nil)
 	select {
 	case got := <-waited:
-		if got.code != 200 || got.a.Status != fsm.Active {
+		if got.code != 200 || got.a.Status != wire.Active {
 			t.Fatalf("waited allocation: %d %+v", got.code, got.a)
 		}
 	case <-time.After(20 * time.Second):

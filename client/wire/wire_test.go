@@ -1,0 +1,34 @@
+package wire
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+func TestDuration(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{`"30s"`, 30 * time.Second, true},
+		{`"1h30m"`, 90 * time.Minute, true},
+		{`""`, 0, true},
+		{`null`, 0, true},
+		{`30`, 0, false},
+		{`"30"`, 0, false},
+		{`"soon"`, 0, false},
+		{`{}`, 0, false},
+	} {
+		var d Duration
+		err := json.Unmarshal([]byte(c.in), &d)
+		if (err == nil) != c.ok || c.ok && d.Std() != c.want {
+			t.Errorf("%s: %v, %v; want %v, ok %v", c.in, d.Std(), err, c.want, c.ok)
+		}
+	}
+	b, err := json.Marshal(Retention{MaxCount: 1, MaxAge: Duration(36 * time.Hour)})
+	if err != nil || string(b) != `{"max_count":1,"max_age":"36h0m0s"}` {
+		t.Fatalf("marshal: %s %v", b, err)
+	}
+}
