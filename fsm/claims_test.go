@@ -197,3 +197,30 @@ func TestLabels(t *testing.T) {
 		})
 	}
 }
+
+// TestPlacersOnOneHost: each policy's placer places a request on one given
+// host (what preemption asks of it) as it places it when that host is the
+// only one.
+func TestPlacersOnOneHost(t *testing.T) {
+	reqs := []Request{
+		polGPU(12),
+		{Claims: []Claim{{Type: GPU, Count: 2, Capabilities: Capabilities{Resources: Resources{MemoryGB: 12}}}}},
+		{Claims: []Claim{{Type: GPU, Count: 1, Amount: Resources{ComputeUnits: 30}}, {Type: CPU, Count: 1, Amount: Resources{ComputeUnits: 4}}}},
+	}
+	for _, pol := range Policies {
+		for i, r := range reqs {
+			h := newHarness(t)
+			h.must(host("h1", gpu("g1", 80), gpu("g2", 16), polShared("s1", 40, 100), polShared("s2", 80, 100),
+				DeviceSpec{ID: "c1", Type: CPU, Shareable: true, Capabilities: Capabilities{Resources: Resources{ComputeUnits: 32}}}))
+			h.must(&Allocate{Request: polShare(Resources{ComputeUnits: 50})})
+			fits := h.s.fitting(&r)
+			q := h.s.newQuery(&r, fits)
+			pl := definition(pol).place
+			want := pl.place(h.s, q)
+			got := pl.onHost(h.s, h.s.hosts["h1"], q, nil)
+			if want == nil || !reflect.DeepEqual(got, want.assign) {
+				t.Errorf("%s request %d: on the host %v, placed %+v", pol, i, got, want)
+			}
+		}
+	}
+}

@@ -91,6 +91,16 @@ func Restore(r io.Reader) (*State, error) {
 	s.retention = snap.Retention
 	s.typePolicies = nonNil(snap.TypePolicies)
 	s.poolPolicies = nonNil(snap.PoolPolicies)
+	for _, t := range sortedKeys(typeKeys(s.typePolicies)) {
+		if c := s.typePolicies[DeviceType(t)]; !DeviceType(t).Valid() || !c.Policy.Valid() {
+			return nil, errf(ErrSnapshot, "policy %q for type %q unknown to this build", c.Policy, t)
+		}
+	}
+	for _, p := range sortedKeys(s.poolPolicies) {
+		if c := s.poolPolicies[p]; !c.Policy.Valid() {
+			return nil, errf(ErrSnapshot, "policy %q for pool %q unknown to this build", c.Policy, p)
+		}
+	}
 	s.cursors = nonNil(snap.Cursors)
 	for _, sh := range snap.Shapes {
 		s.shapes.list = append(s.shapes.list, sh)
@@ -163,6 +173,15 @@ func Restore(r io.Reader) (*State, error) {
 		return nil, errf(ErrSnapshot, "%v", err)
 	}
 	return s, nil
+}
+
+// typeKeys lists a map's device types as strings, for sortedKeys.
+func typeKeys[V any](m map[DeviceType]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for t := range m {
+		out[string(t)] = true
+	}
+	return out
 }
 
 func nonNil[K comparable, V any](m map[K]V) map[K]V {
