@@ -245,12 +245,3 @@ func freeOnScale(d *Device, ov *overlay, norm vec) float64 {
 	}
 	return onScale(d.cls.caps.sub(used), norm)
 }
-
-func requestUses(r *Request, t DeviceType) bool {
-	for _, c := range r.Claims {
-		if c.Type == t {
-			return true
-		}
-	}
-	return false
-}

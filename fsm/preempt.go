@@ -149,3 +149,12 @@ func freeInto(ov *overlay, a *Allocation) {
 		ov.add(as.DeviceID, v, n)
 	}
 }
+
+func requestUses(r *Request, t DeviceType) bool {
+	for _, c := range r.Claims {
+		if c.Type == t {
+			return true
+		}
+	}
+	return false
+}
