@@ -549,6 +549,13 @@ func (n *Node) transferLeadership(ctx context.Context) {
 // are closed. No goroutine is left. ctx bounds the graceful part; closing
 // always completes. Safe to call more than once.
 func (n *Node) Shutdown(ctx context.Context) error {
+	return n.shutdown(ctx, true, gossipTimeout(ctx))
+}
+
+// shutdown is Shutdown, with the leadership transfer optional (not worth
+// it when every server stops) and the wait for the gossip leave bounded
+// by leave.
+func (n *Node) shutdown(ctx context.Context, transfer bool, leave time.Duration) error {
 	n.mu.Lock()
 	if n.stopped {
 		n.mu.Unlock()
@@ -556,11 +563,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	started := n.started
 	n.mu.Unlock()
-	if started && n.raft != nil {
+	if started && transfer && n.raft != nil {
 		n.transferLeadership(ctx)
 	}
 	if started && n.ml != nil {
-		if err := n.ml.Leave(gossipTimeout(ctx)); err != nil {
+		if err := n.ml.Leave(leave); err != nil {
 			n.log.Warn("gossip leave", "error", err)
 		}
 	}
