@@ -19,9 +19,10 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/internal/bench"
 	"github.com/dmsc/dmsc/internal/replay"
 	"github.com/dmsc/dmsc/internal/trace"
 )
@@ -580,7 +581,10 @@ func (c *replayCommand) withCluster(ctx context.Context, lv liveConfig, fn func(
 	cl := lv.client
 	if lv.local > 0 {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		lc, serr := bench.StartLocal(sctx, bench.LocalConfig{Servers: lv.local, InMemory: lv.memory, Version: version})
+		lc, serr := cluster.StartLocal(sctx, cluster.LocalConfig{
+			Servers: lv.local, InMemory: lv.memory, Version: version,
+			HTTP: api.NodeHandler(api.Options{Version: version, Role: "server"}),
+		})
 		cancel()
 		if serr != nil {
 			return fmt.Errorf("local cluster: %w", serr)
@@ -592,7 +596,7 @@ func (c *replayCommand) withCluster(ctx context.Context, lv liveConfig, fn func(
 				err = errors.Join(err, fmt.Errorf("stopping the local cluster: %w", cerr))
 			}
 		}()
-		if cl, err = c.clusterClient(lc.Addresses); err != nil {
+		if cl, err = c.clusterClient(lc.Addresses()); err != nil {
 			return err
 		}
 	}
