@@ -17,6 +17,7 @@ import (
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/replay"
 )
 
 func TestReplayUsageErrors(t *testing.T) {
@@ -122,7 +123,7 @@ func TestReplayQuickJSON(t *testing.T) {
 }
 
 func TestReplayTimelinePhilly(t *testing.T) {
-	philly := filepath.Join(tracesDir(), "philly.csv")
+	philly := filepath.Join(replay.TracesDir(), "philly.csv")
 	ui := cli.NewMockUi()
 	c := &replayCommand{apiCommand: apiCommand{ui: ui}, progress: &bytes.Buffer{}}
 	code := c.Run([]string{"-protocol", "timeline", "-trace", "philly", "-philly", philly, "-hosts", "4", "-limit", "200", "-policy", "BestFit", "-timeout", "10m"})
@@ -199,7 +200,7 @@ func TestReplayAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
 		if err := lc.Close(cctx); err != nil {
 			t.Error(err)

@@ -31,7 +31,7 @@ func startLive(t *testing.T, ctx context.Context, disk bool) *client.Client {
 	}
 	t.Cleanup(func() {
 		// The data are thrown away: a short graceful stop will do.
-		cctx, ccancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
 		defer ccancel()
 		if err := lc.Close(cctx); err != nil {
 			t.Error(err)
