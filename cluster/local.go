@@ -330,18 +330,9 @@ func (lc *LocalCluster) Config(id string) Config {
 	return ln.cfg
 }
 
-// URL returns the base URL of node id's HTTP API ("http://127.0.0.1:port"),
-// "" without LocalConfig.HTTP.
-func (lc *LocalCluster) URL(id string) string {
-	ln, err := lc.get(id)
-	if err != nil {
-		return ""
-	}
-	return ln.url
-}
-
-// Addresses returns the base URLs of the servers' HTTP APIs, s1 first
-// (none without LocalConfig.HTTP): a client's addresses.
+// Addresses returns the base URLs of the servers' HTTP APIs
+// ("http://127.0.0.1:port"), s1 first, none without LocalConfig.HTTP: a
+// client's addresses. A node's own is in Node.Self().HTTPAddr.
 func (lc *LocalCluster) Addresses() []string {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
