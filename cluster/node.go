@@ -1,9 +1,10 @@
 // Package cluster runs a dmsc node: Raft and its storage over the
 // scheduler state (RaftFSM adapts an fsm.State to Raft), memberlist
 // gossip, membership reconcile, leader forwarding, consistent and blocking
-// reads, and the leader's ticks and host tracking. It sits between the
-// node-to-node RPC (package transport) below and the HTTP API (package
-// api) above. See DESIGN.md in this directory.
+// reads, and the leader's ticks and host tracking; StartLocal runs a whole
+// cluster of nodes in one process, for tests and tools. It sits between
+// the node-to-node RPC (package transport) below and the HTTP API
+// (package api) above. See DESIGN.md in this directory.
 package cluster
 
 import (
