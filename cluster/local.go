@@ -33,12 +33,13 @@ type LocalConfig struct {
 	InMemory bool
 	// Fast shortens the timings of gossip, joins, reconcile, ticks and
 	// host tracking for tests: a failed member is noticed within about a
-	// second, a host lost for a second is marked down. Raft keeps its own
-	// timing. Default: the timings of a real agent.
+	// second, a host lost for a second is marked down; a failed server
+	// stays in the Raft configuration for an hour (tests restart them).
+	// Raft keeps its own timing. Default: the timings of a real agent.
 	Fast bool
-	// Configure, when set, adjusts each node's configuration before it
-	// starts (after the settings above, before the node's own: see
-	// NodeConfig).
+	// Configure, when set, adjusts the configuration NodeConfig makes
+	// for each node; StartLocal then sets the servers' BootstrapExpect and
+	// the hosts' Inventory.
 	Configure func(*Config)
 	// HTTP, when set, makes the handler each node serves on a free port of
 	// 127.0.0.1 (the HTTP API, from a package above this one), advertised
