@@ -17,8 +17,6 @@ type apiError struct {
 	status int
 	code   string
 	msg    string
-	// retryable marks an error worth sending again.
-	retryable bool
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -30,7 +28,7 @@ func badRequest(format string, args ...any) *apiError {
 
 var errOverloaded = &apiError{
 	status: http.StatusTooManyRequests, code: wire.CodeOverloaded,
-	msg: "too many requests in flight; retry shortly", retryable: true,
+	msg: "too many requests in flight; retry shortly",
 }
 
 // refusal is a write the state machine refused, with the allocation it
@@ -67,18 +65,6 @@ var statusOfCode = map[string]int{
 	wire.CodeInternal:          http.StatusInternalServerError,
 }
 
-// retryableCodes are worth sending again, with the same request ID: to
-// this node after a pause, or to another node (not_server: this node holds
-// no replica).
-var retryableCodes = map[string]bool{
-	wire.CodeOverloaded:       true,
-	cluster.ErrNoLeader.Code:  true,
-	cluster.ErrNotLeader.Code: true,
-	cluster.ErrShutdown.Code:  true,
-	cluster.ErrNotServer.Code: true,
-	cluster.ErrTimeout.Code:   true,
-}
-
 // errorBody turns any error into its status and JSON body.
 func errorBody(err error) (int, wire.Error) {
 	var (
@@ -97,7 +83,7 @@ func errorBody(err error) (int, wire.Error) {
 		body.Message = fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
 	case errors.As(err, &ae):
 		body.Code, body.Message = ae.code, ae.msg
-		body.Retryable = ae.retryable
+		body.Retryable = wire.RetryableCode(ae.code)
 		if ae.status != 0 {
 			return ae.status, body
 		}
@@ -108,7 +94,7 @@ func errorBody(err error) (int, wire.Error) {
 	default:
 		body.Code, body.Message = wire.CodeInternal, err.Error()
 	}
-	body.Retryable = body.Retryable || retryableCodes[body.Code]
+	body.Retryable = wire.RetryableCode(body.Code)
 	status, ok := statusOfCode[body.Code]
 	if !ok {
 		status = http.StatusInternalServerError

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,45 +22,37 @@ func TestSingleNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Raft node")
 	}
-	node, err := cluster.New(cluster.Config{
-		NodeID:           "n1",
-		DataDir:          filepath.Join(t.TempDir(), "n1"),
-		BindAddr:         "127.0.0.1",
-		Server:           true,
-		BootstrapExpect:  1,
-		TickInterval:     100 * time.Millisecond,
-		HeartbeatTimeout: 500 * time.Millisecond,
-		ElectionTimeout:  500 * time.Millisecond,
-		NoLeaderHold:     2 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := node.Start(ctx); err != nil {
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{
+		Servers: 1,
+		Dir:     t.TempDir(),
+		Configure: func(c *cluster.Config) {
+			c.TickInterval = 100 * time.Millisecond
+			c.NoLeaderHold = 2 * time.Second
+		},
+		HTTP: NodeHandler(Options{Version: "test", Role: "server", WaitGrace: 2 * time.Second}),
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
-		if err := node.Shutdown(sctx); err != nil {
+		if err := lc.Close(sctx); err != nil {
 			t.Error(err)
 		}
 	}()
-	if err := node.WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(New(node, Options{Version: "test", Role: "server", WaitGrace: 2 * time.Second}))
-	defer srv.Close()
-	client := srv.Client()
+	url := lc.Addresses()[0]
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
 	call := func(method, path, body string, want int, out any) http.Header {
 		t.Helper()
 		var rd io.Reader
 		if body != "" {
 			rd = strings.NewReader(body)
 		}
-		req, err := http.NewRequestWithContext(ctx, method, srv.URL+path, rd)
+		req, err := http.NewRequestWithContext(ctx, method, url+path, rd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +103,7 @@ func TestSingleNode(t *testing.T) {
 	}
 	waited := make(chan answer, 1)
 	go func() {
-		resp, err := client.Post(srv.URL+"/v1/allocations?wait=true", "application/json",
+		resp, err := client.Post(url+"/v1/allocations?wait=true", "application/json",
 			strings.NewReader(`{"claims":[{"type":"GPU","count":1}],"timeout":"30s"}`))
 		if err != nil {
 			waited <- answer{}
@@ -132,7 +122,7 @@ func TestSingleNode(t *testing.T) {
 	// A blocking query on the old index returns once the release lands.
 	blocked := make(chan string, 1)
 	go func() {
-		resp, err := client.Get(srv.URL + "/v1/allocations?index=" + idx + "&wait=30s")
+		resp, err := client.Get(url + "/v1/allocations?index=" + idx + "&wait=30s")
 		if err != nil {
 			blocked <- ""
 			return
@@ -185,13 +175,13 @@ func TestSingleNode(t *testing.T) {
 	call("GET", "/v1/cluster/leader", "", 200, &leader)
 	var rc wire.RaftConfiguration
 	call("GET", "/v1/cluster/raft", "", 200, &rc)
-	if len(members) != 1 || leader.ID != "n1" || len(rc.Servers) != 1 || !rc.Servers[0].Leader {
+	if len(members) != 1 || leader.ID != "s1" || len(rc.Servers) != 1 || !rc.Servers[0].Leader {
 		t.Fatalf("members %+v leader %+v raft %+v", members, leader, rc)
 	}
 	call("DELETE", "/v1/cluster/raft/peers/ghost", "", 404, nil)
 	var self wire.AgentSelf
 	call("GET", "/v1/agent/self", "", 200, &self)
-	if self.Member.ID != "n1" || self.Status.State != "Leader" {
+	if self.Member.ID != "s1" || self.Status.State != "Leader" {
 		t.Fatalf("self %+v", self)
 	}
 
@@ -200,7 +190,7 @@ func TestSingleNode(t *testing.T) {
 	call("GET", "/v1/hosts/h1", "", 404, nil)
 	call("PUT", "/v1/snapshot", string(before), 200, nil)
 	waitFor(t, func() bool {
-		resp, err := client.Get(srv.URL + "/v1/hosts/h1")
+		resp, err := client.Get(url + "/v1/hosts/h1")
 		if err != nil {
 			return false
 		}

@@ -141,6 +141,12 @@ func New(b Backend, opts Options) *Server {
 	return s
 }
 
+// NodeHandler returns a function that makes a node's API with opts: the
+// HTTP handler of a cluster.LocalCluster's nodes (cluster.LocalConfig.HTTP).
+func NodeHandler(opts Options) func(*cluster.Node) http.Handler {
+	return func(n *cluster.Node) http.Handler { return New(n, opts) }
+}
+
 // ServeHTTP serves a request. A request no route matches gets a JSON 404
 // or 405.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -411,11 +411,7 @@ func (c *Client) retryable(rq *request, err error, sent bool) bool {
 	if errors.As(err, &ae) {
 		if !rq.idempotent {
 			// Only answers that say nothing was done.
-			switch ae.Code {
-			case ErrOverloaded.Code, ErrNoLeader.Code, ErrNotServer.Code:
-				return true
-			}
-			return false
+			return wire.NotAppliedCode(ae.Code)
 		}
 		return ae.Retryable || retryableStatus(ae.Status)
 	}

@@ -24,64 +24,18 @@ func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node Raft cluster")
 	}
-	dir := t.TempDir()
+	lc := localCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-
-	var agents []*testAgent
-	stopped := map[string]bool{}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, a := range agents {
-			if !stopped[a.id] {
-				wg.Add(1)
-				go func() { defer wg.Done(); _ = a.stop() }()
-			}
-		}
-		wg.Wait()
-	})
-	var join []string
-	for i := 1; i <= 3; i++ {
-		a, err := startAgent(ctx, agentConfig(dir, fmt.Sprintf("s%d", i), 3, join))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i == 1 {
-			join = []string{a.node.Self().GossipAddr}
-		}
-		agents = append(agents, a)
+	first, err := lc.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	leader := func(among []*testAgent) (*testAgent, error) {
-		var found *testAgent
-		for _, a := range among {
-			l, ok := a.node.Leader()
-			if !ok {
-				return nil, fmt.Errorf("%s knows no leader", a.id)
-			}
-			if found != nil && l.ID != found.id {
-				return nil, fmt.Errorf("leaders disagree")
-			}
-			for _, b := range among {
-				if b.id == l.ID {
-					found = b
-				}
-			}
-			if found == nil {
-				return nil, fmt.Errorf("leader %s is not running", l.ID)
-			}
-		}
-		return found, nil
-	}
-	var first *testAgent
-	waitFor(t, 20*time.Second, "a leader", func() (err error) {
-		first, err = leader(agents)
-		return err
-	})
 
 	sent := &countingTransport{next: http.DefaultTransport.(*http.Transport).Clone(), byID: map[string]int{}}
 	c, err := client.New(client.Config{
 		HTTPClient:   &http.Client{Transport: sent},
-		Addresses:    []string{agents[0].addr, agents[1].addr, agents[2].addr},
+		Addresses:    lc.Addresses(),
 		Timeout:      5 * time.Second,
 		MaxRetries:   100,
 		RetryWait:    20 * time.Millisecond,
@@ -182,21 +136,16 @@ func TestClusterFailover(t *testing.T) {
 
 	// Stop the leader: its API drops every connection at once.
 	before := count()
-	if err := first.stop(); err != nil {
-		t.Errorf("stop %s: %v", first.id, err)
+	firstID := first.Self().ID
+	if err := lc.Stop(ctx, firstID); err != nil {
+		t.Errorf("stop %s: %v", firstID, err)
 	}
-	stopped[first.id] = true
-	var survivors []*testAgent
-	for _, a := range agents {
-		if a != first {
-			survivors = append(survivors, a)
-		}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	second, err := lc.WaitLeader(wctx)
+	wcancel()
+	if err != nil {
+		t.Fatal(err)
 	}
-	var second *testAgent
-	waitFor(t, 20*time.Second, "a new leader", func() (err error) {
-		second, err = leader(survivors)
-		return err
-	})
 	progress(count()+20, "allocations after the failover")
 	stop.Store(true)
 	wg.Wait()
@@ -208,7 +157,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	resent := sent.resent()
 	t.Logf("%d allocations (%d before the failover); leader %s stopped, %s elected; %d writes sent more than once",
-		len(all), before, first.id, second.id, resent)
+		len(all), before, firstID, second.Self().ID, resent)
 	if resent == 0 {
 		// Writes went to the leader, so the failover must have made the
 		// client send at least one again.
@@ -285,8 +234,8 @@ func TestClusterFailover(t *testing.T) {
 	if _, _, err := c.SetPolicy(ctx, client.GPU, client.PolicyConfig{Policy: client.WorstFit}); err != nil {
 		t.Fatal(err)
 	}
-	if ls, err := c.Leader(ctx); err != nil || ls.ID != second.id {
-		t.Fatalf("leader %+v %v, want %s", ls, err, second.id)
+	if ls, err := c.Leader(ctx); err != nil || ls.ID != second.Self().ID {
+		t.Fatalf("leader %+v %v, want %s", ls, err, second.Self().ID)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("the test ran out of time")

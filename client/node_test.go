@@ -13,8 +13,8 @@ import (
 // client for it.
 func oneGPU(t *testing.T) *client.Client {
 	t.Helper()
-	a := singleAgent(t)
-	c := newClient(t, client.Config{Addresses: []string{a.addr}})
+	lc := localCluster(t, 1)
+	c := newClient(t, client.Config{Addresses: lc.Addresses()})
 	if _, _, err := c.RegisterHost(ctxT(t), "h1", client.RegisterHostRequest{Devices: []client.DeviceSpec{gpuSpec("g1", 80)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestSurfaceOnNode(t *testing.T) {
 	if st, err := c.Ready(ctx); err != nil || !st.Ready {
 		t.Fatalf("ready %+v %v", st, err)
 	}
-	if self, err := c.AgentSelf(ctx); err != nil || self.Member.ID != "n1" {
+	if self, err := c.AgentSelf(ctx); err != nil || self.Member.ID != "s1" {
 		t.Fatalf("agent self %+v %v", self, err)
 	}
 	if m, err := c.Members(ctx); err != nil || len(m) != 1 {

@@ -25,9 +25,10 @@ const (
 // overwritten.
 type InventoryFunc func() (fsm.HostSpec, []fsm.DeviceSpec, error)
 
-// Config configures a Node. Zero values take the defaults of DefaultConfig,
-// except ports, where 0 means "any free port" (tests), and DataDir, where ""
-// keeps everything in memory (dev mode, tests).
+// Config configures a Node. Zero durations and counts take their defaults
+// (a LAN's timings: see DESIGN.md); a zero port means "any free port"
+// (tests; agents pass the Default*Port constants), and DataDir "" keeps
+// everything in memory (dev mode, tests).
 type Config struct {
 	// NodeID names the node in gossip and, for a server, in the Raft
 	// configuration. It must be unique in the cluster and stable across
@@ -123,20 +124,6 @@ type Config struct {
 	Version string
 	// Logger receives every log line of Raft, memberlist and the node.
 	Logger hclog.Logger
-}
-
-// DefaultConfig returns a server configuration with the default ports and
-// timings; set NodeID, DataDir, Join and BootstrapExpect.
-func DefaultConfig() Config {
-	c := Config{
-		BindAddr:   "0.0.0.0",
-		RaftPort:   DefaultRaftPort,
-		RPCPort:    DefaultRPCPort,
-		GossipPort: DefaultGossipPort,
-		Server:     true,
-	}
-	c.fillDefaults()
-	return c
 }
 
 // fillDefaults sets every zero duration and count to its default.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
 )
 
@@ -13,36 +14,30 @@ import (
 // node.
 var (
 	// ErrNoLeader: no leader was known within Config.NoLeaderHold. Retryable.
-	ErrNoLeader = &fsm.Error{Code: "no_leader", Message: "no cluster leader"}
+	ErrNoLeader = &fsm.Error{Code: wire.CodeNoLeader, Message: "no cluster leader"}
 	// ErrNotLeader: an operation that only the leader performs reached a
 	// node that is not (or no longer) the leader. Retryable.
-	ErrNotLeader = &fsm.Error{Code: "not_leader", Message: "node is not the leader"}
+	ErrNotLeader = &fsm.Error{Code: wire.CodeNotLeader, Message: "node is not the leader"}
 	// ErrShutdown: the node is shutting down or not started. Retryable on
 	// another node.
-	ErrShutdown = &fsm.Error{Code: "shutdown", Message: "node is shut down"}
+	ErrShutdown = &fsm.Error{Code: wire.CodeShutdown, Message: "node is shut down"}
 	// ErrTimeout: the context ended before the outcome was known; a write
 	// may or may not have been applied. Retry with the same request ID.
-	ErrTimeout = &fsm.Error{Code: "timeout", Message: "timed out; outcome unknown"}
+	ErrTimeout = &fsm.Error{Code: wire.CodeTimeout, Message: "timed out; outcome unknown"}
 	// ErrNotServer: the operation needs the replicated state, which a host
-	// node does not hold.
-	ErrNotServer = &fsm.Error{Code: "not_server", Message: "node is not a server"}
+	// node does not hold. Retryable on a server.
+	ErrNotServer = &fsm.Error{Code: wire.CodeNotServer, Message: "node is not a server"}
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = &fsm.Error{Code: "bad_config", Message: "invalid configuration"}
 )
 
-var retryable = map[string]bool{
-	ErrNoLeader.Code:  true,
-	ErrNotLeader.Code: true,
-	ErrShutdown.Code:  true,
-	ErrTimeout.Code:   true,
-}
-
-// IsRetryable reports whether err is a cluster condition that a client may
-// retry (with the same request ID): no leader, leader lost, node shutting
-// down, outcome unknown.
+// IsRetryable reports whether err is a condition that a client may retry
+// with the same request ID (wire.RetryableCode): no leader, leader lost,
+// node shutting down, outcome unknown, or, on another node, a host's
+// not_server.
 func IsRetryable(err error) bool {
 	var e *fsm.Error
-	return errors.As(err, &e) && retryable[e.Code]
+	return errors.As(err, &e) && wire.RetryableCode(e.Code)
 }
 
 // clusterErr makes an instance of a sentinel with more detail.

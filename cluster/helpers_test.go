@@ -3,10 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -52,124 +49,66 @@ func testLogger(t testing.TB) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: w, Level: level, TimeFormat: "15:04:05.000"})
 }
 
-// testCluster runs nodes in this process on 127.0.0.1.
+// testCluster is a LocalCluster that fails the test on errors and stops
+// when the test ends.
 type testCluster struct {
 	t      testing.TB
 	log    hclog.Logger
-	dir    string
-	mu     sync.Mutex
-	nodes  map[string]*Node
-	cfgs   map[string]Config
 	tweaks func(*Config)
+	lc     *LocalCluster
 }
 
+// newTestCluster prepares a cluster with fast timings, its nodes
+// configured by tweaks; servers starts it.
 func newTestCluster(t testing.TB, tweaks func(*Config)) *testCluster {
-	tc := &testCluster{t: t, log: testLogger(t), dir: t.TempDir(), nodes: map[string]*Node{}, cfgs: map[string]Config{}, tweaks: tweaks}
-	t.Cleanup(tc.stopAll)
-	return tc
+	return &testCluster{t: t, log: testLogger(t), tweaks: tweaks}
 }
 
-// fastConfig is a configuration with short timings for tests.
-func (tc *testCluster) fastConfig(id string, server bool) Config {
-	c := Config{
-		NodeID:              id,
-		DataDir:             filepath.Join(tc.dir, id),
-		BindAddr:            "127.0.0.1",
-		Server:              server,
-		RetryJoinInterval:   100 * time.Millisecond,
-		ReconnectInterval:   200 * time.Millisecond,
-		TickInterval:        500 * time.Millisecond,
-		ReconcileInterval:   100 * time.Millisecond,
-		HostDownGrace:       time.Second,
-		DeadServerGrace:     time.Hour,
-		NoLeaderHold:        5 * time.Second,
-		GossipProbeInterval: 200 * time.Millisecond,
-		GossipSuspicionMult: 2,
-		InventoryInterval:   100 * time.Millisecond,
-		Logger:              tc.log.Named(id),
-	}
-	if tc.tweaks != nil {
-		tc.tweaks(&c)
-	}
-	return c
-}
-
-// start starts a node with cfg and remembers it (and, for restarts, the
-// ports it got).
-func (tc *testCluster) start(cfg Config) *Node {
-	tc.t.Helper()
-	n, err := New(cfg)
-	if err != nil {
-		tc.t.Fatalf("new %s: %v", cfg.NodeID, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		tc.t.Fatalf("start %s: %v", cfg.NodeID, err)
-	}
-	self := n.Self()
-	cfg.RaftPort = port(tc.t, self.RaftAddr)
-	cfg.RPCPort = port(tc.t, self.RPCAddr)
-	cfg.GossipPort = port(tc.t, self.GossipAddr)
-	tc.mu.Lock()
-	tc.nodes[cfg.NodeID] = n
-	tc.cfgs[cfg.NodeID] = cfg
-	tc.mu.Unlock()
-	return n
-}
-
-func port(t testing.TB, addr string) int {
-	if addr == "" {
-		return 0
-	}
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatalf("address %q: %v", addr, err)
-	}
-	n, _ := strconv.Atoi(p)
-	return n
-}
-
-// servers starts n servers that bootstrap together.
+// servers starts the cluster with count servers and waits until it is
+// ready.
 func (tc *testCluster) servers(count int) []*Node {
 	tc.t.Helper()
-	var out []*Node
-	var join []string
-	for i := 1; i <= count; i++ {
-		c := tc.fastConfig(fmt.Sprintf("s%d", i), true)
-		c.BootstrapExpect = count
-		c.Join = join
-		n := tc.start(c)
-		if i == 1 {
-			join = []string{n.Self().GossipAddr}
-		}
-		out = append(out, n)
+	if tc.lc != nil {
+		tc.t.Fatal("the test cluster runs already")
 	}
-	tc.waitLeader(out...)
-	return out
+	lc, err := StartLocal(ctxT(tc.t, 30*time.Second), LocalConfig{
+		Servers: count, Dir: tc.t.TempDir(), Fast: true, Configure: tc.tweaks, Logger: tc.log,
+	})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.lc = lc
+	tc.t.Cleanup(tc.stopAll)
+	return lc.Servers()
 }
 
-func (tc *testCluster) node(id string) *Node {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	return tc.nodes[id]
+// fastConfig is the configuration of a new node of the cluster.
+func (tc *testCluster) fastConfig(id string, server bool) Config {
+	return tc.lc.NodeConfig(id, server)
+}
+
+// start starts a new node with cfg.
+func (tc *testCluster) start(cfg Config) *Node {
+	tc.t.Helper()
+	n, err := tc.lc.StartNode(ctxT(tc.t, 10*time.Second), cfg)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return n
 }
 
 // stop shuts a node down gracefully; crash stops it without handing over
 // leadership or leaving gossip, as a killed process would.
 func (tc *testCluster) stop(id string) {
 	tc.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := tc.node(id).Shutdown(ctx); err != nil {
+	if err := tc.lc.Stop(ctxT(tc.t, 10*time.Second), id); err != nil {
 		tc.t.Errorf("shutdown %s: %v", id, err)
 	}
 }
 
 func (tc *testCluster) crash(id string) {
 	tc.t.Helper()
-	n := tc.node(id)
-	if err := n.closeAll(context.Background()); err != nil {
+	if err := tc.lc.Crash(id); err != nil {
 		tc.t.Errorf("crash %s: %v", id, err)
 	}
 }
@@ -177,82 +116,27 @@ func (tc *testCluster) crash(id string) {
 // restart starts a stopped node again with its data directory and ports.
 func (tc *testCluster) restart(id string) *Node {
 	tc.t.Helper()
-	tc.mu.Lock()
-	cfg := tc.cfgs[id]
-	// As a real command line would, join the other servers.
-	cfg.Join = nil
-	for other, c := range tc.cfgs {
-		if other != id && c.Server {
-			cfg.Join = append(cfg.Join, net.JoinHostPort(c.BindAddr, strconv.Itoa(c.GossipPort)))
-		}
+	n, err := tc.lc.Restart(ctxT(tc.t, 10*time.Second), id)
+	if err != nil {
+		tc.t.Fatal(err)
 	}
-	tc.mu.Unlock()
-	var n *Node
-	poll(tc.t, 10*time.Second, "restart "+id, func() error {
-		nn, err := New(cfg)
-		if err != nil {
-			return err
-		}
-		if err := nn.Start(context.Background()); err != nil {
-			return err // a port may still be held for a moment
-		}
-		n = nn
-		return nil
-	})
-	tc.mu.Lock()
-	tc.nodes[id] = n
-	tc.mu.Unlock()
 	return n
 }
 
 func (tc *testCluster) stopAll() {
-	tc.mu.Lock()
-	nodes := make([]*Node, 0, len(tc.nodes))
-	for _, n := range tc.nodes {
-		nodes = append(nodes, n)
+	tc.t.Helper()
+	if err := tc.lc.Close(ctxT(tc.t, 10*time.Second)); err != nil {
+		tc.t.Errorf("close: %v", err)
 	}
-	tc.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = n.Shutdown(ctx)
-		}()
-	}
-	wg.Wait()
 }
 
 // waitLeader waits until every node agrees on a ready leader and returns it.
 func (tc *testCluster) waitLeader(nodes ...*Node) *Node {
 	tc.t.Helper()
-	var leader *Node
-	poll(tc.t, 15*time.Second, "a leader", func() error {
-		leader = nil
-		var id string
-		for _, n := range nodes {
-			l, ok := n.Leader()
-			if !ok {
-				return fmt.Errorf("%s knows no leader", n.cfg.NodeID)
-			}
-			if id != "" && l.ID != id {
-				return fmt.Errorf("leaders disagree: %s and %s", id, l.ID)
-			}
-			id = l.ID
-			if n.cfg.NodeID == id {
-				leader = n
-			}
-		}
-		if leader == nil {
-			return fmt.Errorf("leader %s is not among the nodes", id)
-		}
-		if !leader.leaderReady.Load() {
-			return fmt.Errorf("leader %s not ready", id)
-		}
-		return nil
-	})
+	leader, err := tc.lc.WaitLeader(ctxT(tc.t, 15*time.Second), nodes...)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
 	return leader
 }
 

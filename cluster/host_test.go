@@ -122,15 +122,13 @@ func TestHostAgentJoinsLeavesAndReturns(t *testing.T) {
 }
 
 func TestServerWithDevicesRegistersItself(t *testing.T) {
-	tc := newTestCluster(t, nil)
-	c := tc.fastConfig("dev", true)
-	c.BootstrapExpect = 1
-	c.DataDir = "" // in memory, as in dev mode
 	inv := &inventory{devices: []fsm.DeviceSpec{gpu("g1", 16)}}
-	c.Inventory = inv.get
-	n := tc.start(c)
-	tc.waitLeader(n)
-	waitHost(t, n, "dev", true, 1, fsm.Available)
+	tc := newTestCluster(t, func(c *Config) {
+		c.DataDir = "" // in memory, as in dev mode
+		c.Inventory = inv.get
+	})
+	n := tc.servers(1)[0]
+	waitHost(t, n, "s1", true, 1, fsm.Available)
 	if self := n.Self(); !self.Server || !self.Host {
 		t.Fatalf("self %+v", self)
 	}
@@ -142,7 +140,7 @@ func TestStaticHostIsNotMarkedDown(t *testing.T) {
 	mustApply(t, n, staticHost("static-1", gpu("s1", 8)))
 	// Several grace periods pass: a host registered without an address is
 	// not tracked through gossip.
-	deadline := time.Now().Add(3 * tc.cfgs["s1"].HostDownGrace)
+	deadline := time.Now().Add(3 * tc.lc.Config("s1").HostDownGrace)
 	for time.Now().Before(deadline) {
 		if h, _, _ := hostView(t, n, "static-1"); !h.Up {
 			t.Fatal("static host marked down")

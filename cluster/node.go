@@ -1,9 +1,10 @@
 // Package cluster runs a dmsc node: Raft and its storage over the
 // scheduler state (RaftFSM adapts an fsm.State to Raft), memberlist
 // gossip, membership reconcile, leader forwarding, consistent and blocking
-// reads, and the leader's ticks and host tracking. It sits between the
-// node-to-node RPC (package transport) below and the HTTP API (package
-// api) above. See DESIGN.md in this directory.
+// reads, and the leader's ticks and host tracking; StartLocal runs a whole
+// cluster of nodes in one process, for tests and tools. It sits between
+// the node-to-node RPC (package transport) below and the HTTP API
+// (package api) above. See DESIGN.md in this directory.
 package cluster
 
 import (
@@ -549,6 +550,13 @@ func (n *Node) transferLeadership(ctx context.Context) {
 // are closed. No goroutine is left. ctx bounds the graceful part; closing
 // always completes. Safe to call more than once.
 func (n *Node) Shutdown(ctx context.Context) error {
+	return n.shutdown(ctx, true, gossipTimeout(ctx))
+}
+
+// shutdown is Shutdown, with the leadership transfer optional (not worth
+// it when every server stops) and the wait for the gossip leave bounded
+// by leave.
+func (n *Node) shutdown(ctx context.Context, transfer bool, leave time.Duration) error {
 	n.mu.Lock()
 	if n.stopped {
 		n.mu.Unlock()
@@ -556,11 +564,11 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	started := n.started
 	n.mu.Unlock()
-	if started && n.raft != nil {
+	if started && transfer && n.raft != nil {
 		n.transferLeadership(ctx)
 	}
 	if started && n.ml != nil {
-		if err := n.ml.Leave(gossipTimeout(ctx)); err != nil {
+		if err := n.ml.Leave(leave); err != nil {
 			n.log.Warn("gossip leave", "error", err)
 		}
 	}

@@ -225,7 +225,7 @@ func TestContainerCluster(t *testing.T) {
 	t.Logf("%d acknowledged allocations present on all three servers", len(acked))
 	// no_leader says the write was never proposed: it must not surface
 	// after the heal. (A timeout's outcome is unknown, so it may.)
-	if apiErr.Code == "no_leader" {
+	if wire.NotAppliedCode(apiErr.Code) {
 		all, _, err := rejoined.Allocations(ctx, &client.AllocationFilter{History: true, Limit: 1000}, &client.QueryOptions{Consistent: true})
 		if err != nil {
 			t.Fatal(err)
@@ -347,9 +347,9 @@ func cpuRequest(requestID string) client.AllocateRequest {
 // unknown.
 func retryableRefusal(e *client.APIError) bool {
 	switch {
-	case e.Status == http.StatusServiceUnavailable && (e.Code == "no_leader" || e.Code == "not_leader"):
+	case e.Status == http.StatusServiceUnavailable && (e.Code == wire.CodeNoLeader || e.Code == wire.CodeNotLeader):
 		return true
-	case e.Status == http.StatusGatewayTimeout && e.Code == "timeout":
+	case e.Status == http.StatusGatewayTimeout && e.Code == wire.CodeTimeout:
 		return true
 	}
 	return false

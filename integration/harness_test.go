@@ -534,9 +534,6 @@ func (p *Process) commonArgs() []string {
 	return args
 }
 
-// Args is the process's command line after the binary.
-func (p *Process) Args() []string { return append([]string(nil), p.args...) }
-
 // URL is the HTTP API URL of path on this process.
 func (p *Process) URL(path string) string { return "http://" + p.HTTPAddr + path }
 
@@ -602,16 +599,6 @@ func (p *Process) ExitState() *os.ProcessState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state
-}
-
-// PID is the process ID of the running process, 0 when none runs.
-func (p *Process) PID() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.state != nil {
-		return 0
-	}
-	return p.cmd.Process.Pid
 }
 
 func (p *Process) unexpectedExit() bool {

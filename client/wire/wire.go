@@ -68,6 +68,31 @@ const (
 	CodeInternal = "internal"
 )
 
+// RetryableCode reports whether an error with this code may succeed if
+// the same request is sent again, with the same request ID: to this node
+// after a pause, or to another node. These are overloaded, no_leader,
+// not_leader, shutdown, not_server and timeout; the server sets
+// Error.Retryable from this list.
+func RetryableCode(code string) bool {
+	switch code {
+	case CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown, CodeNotServer, CodeTimeout:
+		return true
+	}
+	return false
+}
+
+// NotAppliedCode reports whether an error with this code says that the
+// request was not carried out at all (overloaded, no_leader, not_server),
+// so that even a write without a request ID may be sent again. The other
+// retryable codes leave a write's outcome unknown.
+func NotAppliedCode(code string) bool {
+	switch code {
+	case CodeOverloaded, CodeNoLeader, CodeNotServer:
+		return true
+	}
+	return false
+}
+
 // ErrorResponse is the body of every answer with a status of 400 or more.
 type ErrorResponse struct {
 	Error Error `json:"error"`

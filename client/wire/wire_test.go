@@ -32,3 +32,24 @@ func TestDuration(t *testing.T) {
 		t.Fatalf("marshal: %s %v", b, err)
 	}
 }
+
+// TestRetryableCodes pins the retryable codes and checks that a code that
+// says nothing was done is retryable too.
+func TestRetryableCodes(t *testing.T) {
+	all := []string{CodeBadRequest, CodeInvalid, CodeBadSnapshot, CodeNotFound, CodeMethodNotAllowed, CodeConflict,
+		CodeNotActive, CodeNoCapacity, CodeBodyTooLarge, CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown,
+		CodeNotServer, CodeTimeout, CodeInternal, "lease_lost", ""}
+	retryable := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotLeader: true, CodeShutdown: true, CodeNotServer: true, CodeTimeout: true}
+	notApplied := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotServer: true}
+	for _, code := range all {
+		if got := RetryableCode(code); got != retryable[code] {
+			t.Errorf("RetryableCode(%q) = %v, want %v", code, got, retryable[code])
+		}
+		if got := NotAppliedCode(code); got != notApplied[code] {
+			t.Errorf("NotAppliedCode(%q) = %v, want %v", code, got, notApplied[code])
+		}
+		if NotAppliedCode(code) && !RetryableCode(code) {
+			t.Errorf("%q says nothing was done but is not retryable", code)
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,31 +44,25 @@ func apiNode(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("starts a Raft node")
 	}
-	node, err := cluster.New(cluster.Config{
-		NodeID: "n1", DataDir: filepath.Join(t.TempDir(), "n1"), BindAddr: "127.0.0.1",
-		Server: true, BootstrapExpect: 1, TickInterval: 100 * time.Millisecond,
-		HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := node.Start(ctx); err != nil {
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{
+		Servers:   1,
+		Dir:       t.TempDir(),
+		Configure: func(c *cluster.Config) { c.TickInterval = 100 * time.Millisecond },
+		HTTP:      api.NodeHandler(api.Options{Version: "test", Role: "server", WaitGrace: time.Second}),
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
-		if err := node.Shutdown(sctx); err != nil {
+		if err := lc.Close(sctx); err != nil {
 			t.Error(err)
 		}
 	})
-	if err := node.WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(api.New(node, api.Options{Version: "test", Role: "server", WaitGrace: time.Second}))
-	t.Cleanup(srv.Close)
+	node := lc.Node("s1")
 	res, err := node.Apply(ctx, &fsm.RegisterHost{Host: fsm.HostSpec{ID: "h1", Labels: map[string]string{"zone": "a"}}, Devices: []fsm.DeviceSpec{
 		{ID: "g1", Type: fsm.GPU, Name: "A100", Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 80}}},
 		{ID: "g2", Type: fsm.GPU, Name: "A100", Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 40}}},
@@ -81,8 +74,9 @@ func apiNode(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(client.AddressEnv, srv.URL)
-	return srv.URL
+	addr := lc.Addresses()[0]
+	t.Setenv(client.AddressEnv, addr)
+	return addr
 }
 
 // cliCase is one command line and what it must do.
@@ -260,8 +254,8 @@ func TestCLIDevicesPoliciesOperator(t *testing.T) {
 		{args: []string{"stats", "-type", "QPU"}, code: exitUsage},
 		{args: []string{"recommend", "-type", "GPU"}, out: []string{"GPU:", "Evidence:"}},
 
-		{args: []string{"members"}, out: []string{"n1", "server", "alive", "true"}},
-		{args: []string{"operator", "raft", "list-peers"}, out: []string{"n1", "leader", "true"}},
+		{args: []string{"members"}, out: []string{"s1", "server", "alive", "true"}},
+		{args: []string{"operator", "raft", "list-peers"}, out: []string{"s1", "leader", "true"}},
 		{args: []string{"operator", "raft", "remove-peer", "ghost"}, code: exitNotFound},
 		{args: []string{"operator", "snapshot", "save", snap}, out: []string{"Saved snapshot at index", snap}},
 		{args: []string{"operator", "snapshot", "restore", snap}, out: []string{"Restored snapshot"}},

@@ -13,7 +13,9 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/internal/bench"
 )
 
@@ -173,7 +175,9 @@ func (c *benchCommand) Run(args []string) int {
 		// The servers run in this process: tune it as an agent.
 		tuneGC()
 		startCtx, startCancel := context.WithTimeout(ctx, time.Minute)
-		lc, err := bench.StartLocal(startCtx, bench.LocalConfig{Servers: local, InMemory: storage == "memory", Version: version})
+		lc, err := cluster.StartLocal(startCtx, cluster.LocalConfig{
+			Servers: local, InMemory: storage == "memory", Version: version, HTTP: api.NodeHandler(api.Options{Version: version, Role: "server"}),
+		})
 		startCancel()
 		if err != nil {
 			c.ui.Error("Error: local cluster: " + err.Error())
@@ -186,7 +190,7 @@ func (c *benchCommand) Run(args []string) int {
 				c.ui.Error("Error: stopping the local cluster: " + err.Error())
 			}
 		}()
-		addrs, nodes, connections = lc.Addresses, local, lc.Connections
+		addrs, nodes, connections = lc.Addresses(), local, lc.Connections
 		fmt.Fprintf(progress, "bench: started %d local servers: %s\n", local, strings.Join(addrs, ", "))
 	}
 	mr := retries

@@ -13,22 +13,19 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/cli"
 
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/internal/bench"
 	"github.com/dmsc/dmsc/internal/replay"
 	"github.com/dmsc/dmsc/internal/trace"
 )
 
-// replayCommand is `dmsc replay`: replays a cluster trace through the
-// scheduler's state machine in process and reports what each policy
-// achieves.
+// replayCommand is `dmsc replay`: it reads its flags, has package replay
+// run the trace through the scheduler (in process or through clusters),
+// and prints what each policy achieves: tables, JSON, plots.
 type replayCommand struct {
 	apiCommand
 	// progress receives the progress bar; nil is standard error.
@@ -162,12 +159,6 @@ Usage: dmsc replay [options]
       binary when the trace files are not found.`)
 }
 
-// replayRun is one replay the command runs: a policy and a seed.
-type replayRun struct {
-	policy fsm.Policy
-	seed   int64
-}
-
 func (c *replayCommand) Run(args []string) int {
 	fs := c.flags("replay")
 	var (
@@ -230,9 +221,9 @@ func (c *replayCommand) Run(args []string) int {
 	if parallel < 1 {
 		parallel = 1
 	}
-	lv := liveConfig{local: local, memory: storage == "memory", address: set["address"]}
-	if lv.live() && !set["parallel"] {
-		parallel = 1
+	address := set["address"]
+	if (local > 0 || address) && !set["parallel"] {
+		parallel = 1 // each run has its cluster
 	}
 	nRuns := len(policies)
 	if protocol == "fgd" {
@@ -241,11 +232,11 @@ func (c *replayCommand) Run(args []string) int {
 	switch {
 	case local < 0 || local > 7:
 		return c.usageError("replay", "-local takes 1 to 7 servers")
-	case local > 0 && lv.address:
+	case local > 0 && address:
 		return c.usageError("replay", "give -local or -address, not both")
 	case storage != "disk" && storage != "memory":
 		return c.usageError("replay", "-local-storage is disk or memory, not %q", storage)
-	case lv.address && nRuns > 1:
+	case address && nRuns > 1:
 		return c.usageError("replay", "-address replays one run: got %d policies and %d seeds. Each run must start from an empty cluster "+
 			"(FragmentationAware learns from the cluster's last 1,000 requests): give one -policy and one -seeds and restart the "+
 			"cluster between runs, or use -local N, which starts a fresh cluster per run", len(policies), nRuns/len(policies))
@@ -277,13 +268,17 @@ func (c *replayCommand) Run(args []string) int {
 	if progress == nil {
 		progress = os.Stderr
 	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	opts := replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}
+	runner := replay.Runner{Parallel: parallel, Target: replay.Target{Local: local, LocalMemory: storage == "memory", Version: version}}
 
 	if traceName == "philly" {
 		if hosts == 0 {
 			hosts = 100
 		}
 		if phillyPath == "" {
-			phillyPath = filepath.Join(tracesDir(), "philly.csv")
+			phillyPath = filepath.Join(replay.TracesDir(), "philly.csv")
 		}
 		jobs, err := trace.ReadPhillyFile(phillyPath)
 		if err != nil {
@@ -293,76 +288,66 @@ func (c *replayCommand) Run(args []string) int {
 		if limit > 0 && limit < len(tasks) {
 			tasks = tasks[:limit]
 		}
-		return c.timeline(progress, lv, replay.PhillyHosts(hosts), tasks, policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
+		if err := c.announce(ctx, &runner, address, progress); err != nil {
+			return c.fail(err)
+		}
+		return c.timeline(ctx, progress, runner, replay.PhillyHosts(hosts), tasks, policies, opts,
 			map[string]any{"trace": "philly", "philly": phillyPath, "hosts": hosts})
 	}
 
-	nodes, tasks, source, err := loadOpenb(nodesPath, podsPath, quick && !set["nodes"] && !set["pods"])
+	in, err := replay.LoadOpenb(nodesPath, podsPath, quick && !set["nodes"] && !set["pods"])
 	if err != nil {
 		return c.fail(err)
 	}
+	if in.Missing != "" {
+		fmt.Fprintf(progress, "replay: %s not found: using the built-in openb sample (all GPU hosts, first 1000 pods)\n", in.Missing)
+	}
+	nodes, tasks := in.Nodes, in.Tasks
 	if limit > 0 && limit < len(tasks) {
 		tasks = tasks[:limit]
 	}
 	if hosts > 0 && hosts < len(nodes) {
 		nodes = nodes[:hosts]
 	}
+	if err := c.announce(ctx, &runner, address, progress); err != nil {
+		return c.fail(err)
+	}
 	if protocol == "timeline" {
-		return c.timeline(progress, lv, nodes, replay.OpenbTimeline(tasks), policies, replay.TimelineOptions{Speedup: speedup, Timeout: timeout, Samples: samples}, parallel,
-			map[string]any{"trace": "openb", "source": source})
+		return c.timeline(ctx, progress, runner, nodes, replay.OpenbTimeline(tasks), policies, opts,
+			map[string]any{"trace": "openb", "source": in.Source})
 	}
-	var runs []replayRun
-	for _, p := range policies {
-		for _, s := range seeds {
-			runs = append(runs, replayRun{policy: p, seed: s})
-		}
+	// The paper's figures are for the whole default pod list only.
+	paper := strings.Contains(filepath.Base(in.Source), "openb_pod_list_default") && limit == 0 && hosts == 0
+	return c.fgd(ctx, progress, runner, nodes, tasks, policies, seeds, fgdOutput{source: in.Source, seeds: seedsFlag, plot: plotFlag, paper: paper})
+}
+
+// fgdOutput says how to print an fgd replay.
+type fgdOutput struct {
+	// source names the pod list; seeds is the -seeds flag.
+	source, seeds string
+	// plot lists the files to draw the curves into.
+	plot string
+	// paper says the paper's figures apply: the whole default pod list.
+	paper bool
+}
+
+// fgd runs the fgd protocol for each policy and seed and prints the
+// result.
+func (c *replayCommand) fgd(ctx context.Context, progress io.Writer, runner replay.Runner, nodes []trace.Node, tasks []trace.Task,
+	policies []fsm.Policy, seeds []int64, out fgdOutput) int {
+	label := "replay fgd"
+	if runner.Target.Live() {
+		label += " (tasks)"
 	}
-	ctx, cancel := commandContext()
-	defer cancel()
-	if lv.live() {
-		if err := c.announce(ctx, &lv, progress); err != nil {
-			return c.fail(err)
-		}
-	}
-	results := make([]*replay.Result, len(runs))
-	var bar *progressBar
-	if lv.live() {
-		// Through a cluster a run takes seconds: count tasks.
-		total := 0
-		for _, r := range runs {
-			total += replay.ProtocolWork(nodes, tasks, r.seed)
-		}
-		bar = newProgressBar(progress, "replay fgd (tasks)", total)
-	} else {
-		bar = newProgressBar(progress, "replay fgd", len(runs))
-	}
-	err = parallelDo(len(runs), parallel, func(i int) error {
-		var r *replay.Result
-		var err error
-		if lv.live() {
-			err = c.withCluster(ctx, lv, func(l replay.Live) error {
-				last := 0
-				l.Progress = func(done, total int) { bar.add(done - last); last = done }
-				r, err = l.Protocol(ctx, nodes, tasks, runs[i].policy, runs[i].seed)
-				return err
-			})
-		} else {
-			r, err = replay.Protocol(nodes, tasks, runs[i].policy, runs[i].seed)
-			bar.add(1)
-		}
-		if err != nil {
-			return fmt.Errorf("%s seed %d: %w", runs[i].policy, runs[i].seed, err)
-		}
-		results[i] = r
-		return nil
-	})
+	bar := newProgressBar(progress, label)
+	runner.Progress = bar.set
+	results, err := runner.Protocol(ctx, nodes, tasks, policies, seeds)
 	bar.done()
 	if err != nil {
 		return c.fail(err)
 	}
-	means := meanCurves(policies, results)
-	if !strings.Contains(filepath.Base(source), "openb_pod_list_default") || limit > 0 || hosts > 0 {
-		// The paper's figures are for the whole default pod list only.
+	means := replay.MeanCurves(policies, results)
+	if !out.paper {
 		for i := range means {
 			means[i].Paper = ""
 		}
@@ -374,8 +359,8 @@ func (c *replayCommand) Run(args []string) int {
 			status = 1
 		}
 	}
-	if plotFlag != "" {
-		if err := plotMeans(source, len(seeds), means, plotFlag); err != nil {
+	if out.plot != "" {
+		if err := plotMeans(out.source, len(seeds), means, out.plot); err != nil {
 			return c.fail(err)
 		}
 	}
@@ -391,20 +376,20 @@ func (c *replayCommand) Run(args []string) int {
 			Curve     []float64  `json:"curve"`
 			GPUsTotal int        `json:"gpus"`
 		}
-		out := struct {
-			Protocol string      `json:"protocol"`
-			Trace    string      `json:"trace"`
-			Source   string      `json:"source"`
-			Nodes    int         `json:"nodes"`
-			Pods     int         `json:"pods"`
-			Seeds    []int64     `json:"seeds"`
-			Runs     []runJSON   `json:"runs"`
-			Means    []meanCurve `json:"means"`
-		}{Protocol: "fgd", Trace: "openb", Source: source, Nodes: len(nodes), Pods: len(tasks), Seeds: seeds, Means: means}
+		js := struct {
+			Protocol string             `json:"protocol"`
+			Trace    string             `json:"trace"`
+			Source   string             `json:"source"`
+			Nodes    int                `json:"nodes"`
+			Pods     int                `json:"pods"`
+			Seeds    []int64            `json:"seeds"`
+			Runs     []runJSON          `json:"runs"`
+			Means    []replay.MeanCurve `json:"means"`
+		}{Protocol: "fgd", Trace: "openb", Source: out.source, Nodes: len(nodes), Pods: len(tasks), Seeds: seeds, Means: means}
 		for _, r := range results {
-			out.Runs = append(out.Runs, runJSON{r.Policy, r.Seed, r.At100, r.At130, r.Tasks, r.Placed, r.Elapsed.Seconds(), r.Curve, r.GPUs})
+			js.Runs = append(js.Runs, runJSON{r.Policy, r.Seed, r.At100, r.At130, r.Tasks, r.Placed, r.Elapsed.Seconds(), r.Curve, r.GPUs})
 		}
-		c.printJSON(out)
+		c.printJSON(js)
 		return status
 	}
 	var rows [][]string
@@ -412,51 +397,24 @@ func (c *replayCommand) Run(args []string) int {
 		rows = append(rows, []string{string(r.Policy), strconv.FormatInt(r.Seed, 10), fmt.Sprintf("%.2f", r.At100), fmt.Sprintf("%.2f", r.At130),
 			fmt.Sprintf("%d/%d", r.Placed, r.Tasks), fmt.Sprintf("%.1fs", r.Elapsed.Seconds())})
 	}
-	c.output(fmt.Sprintf("fgd protocol: %d hosts, %d pods from %s\n", len(nodes), len(tasks), source))
+	c.output(fmt.Sprintf("fgd protocol: %d hosts, %d pods from %s\n", len(nodes), len(tasks), out.source))
 	c.output(table([]string{"POLICY", "SEED", "ALLOC@100%", "ALLOC@130%", "PLACED", "TIME"}, rows))
 	rows = rows[:0]
 	for _, m := range means {
 		rows = append(rows, []string{string(m.Policy), fmt.Sprintf("%.2f", m.At100), fmt.Sprintf("%.2f", m.At130), fmt.Sprintf("%.2f", m.Min130), fmt.Sprintf("%.2f", m.Max130), orDash(m.Paper)})
 	}
-	c.output("\nmean over seeds " + seedsFlag + ":")
+	c.output("\nmean over seeds " + out.seeds + ":")
 	c.output(table([]string{"POLICY", "ALLOC@100%", "ALLOC@130%", "MIN@130%", "MAX@130%", "PAPER@130%"}, rows))
 	return status
 }
 
 // timeline runs the timeline protocol for each policy and prints the
 // result.
-func (c *replayCommand) timeline(progress io.Writer, lv liveConfig, nodes []trace.Node, tasks []replay.TimelineTask, policies []fsm.Policy,
-	opts replay.TimelineOptions, parallel int, about map[string]any) int {
-	ctx, cancel := commandContext()
-	defer cancel()
-	if lv.live() {
-		if err := c.announce(ctx, &lv, progress); err != nil {
-			return c.fail(err)
-		}
-	}
-	results := make([]*replay.TimelineResult, len(policies))
-	bar := newProgressBar(progress, "replay timeline (tasks)", len(tasks)*len(policies))
-	err := parallelDo(len(policies), parallel, func(i int) error {
-		o := opts
-		o.Policy = policies[i]
-		last := 0
-		o.Progress = func(done, total int) { bar.add(done - last); last = done }
-		var r *replay.TimelineResult
-		var err error
-		if lv.live() {
-			err = c.withCluster(ctx, lv, func(l replay.Live) error {
-				r, err = l.Timeline(ctx, nodes, tasks, o)
-				return err
-			})
-		} else {
-			r, err = replay.Timeline(nodes, tasks, o)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", policies[i], err)
-		}
-		results[i] = r
-		return nil
-	})
+func (c *replayCommand) timeline(ctx context.Context, progress io.Writer, runner replay.Runner, nodes []trace.Node, tasks []replay.TimelineTask,
+	policies []fsm.Policy, opts replay.TimelineOptions, about map[string]any) int {
+	bar := newProgressBar(progress, "replay timeline (tasks)")
+	runner.Progress = bar.set
+	results, err := runner.Timeline(ctx, nodes, tasks, policies, opts)
 	bar.done()
 	if err != nil {
 		return c.fail(err)
@@ -516,47 +474,29 @@ func (c *replayCommand) timeline(progress io.Writer, lv liveConfig, nodes []trac
 // schedule before the command says so.
 const lagWarning = 100 * time.Millisecond
 
-// liveConfig says whether and how the replay goes through a cluster.
-type liveConfig struct {
-	// local is the number of servers of the fresh cluster each run starts
-	// in this process (0: none); memory keeps their log in memory.
-	local  int
-	memory bool
-	// address says -address was given: one run against that cluster,
-	// named name, through client (both set by announce).
-	address bool
-	name    string
-	client  *client.Client
-}
-
-// clusterClient is a client for the cluster at addrs.
-func (c *replayCommand) clusterClient(addrs []string) (*client.Client, error) {
-	return client.New(client.Config{Addresses: addrs, Token: c.token, Timeout: 10 * time.Second})
-}
-
-// runName is a fresh name for a run on a cluster: replay-<8 hex digits>.
-func runName() string {
-	return "replay-" + strings.ReplaceAll(client.NewRequestID(), "-", "")[:8]
-}
-
-// announce says on progress where the replay runs; with -address it
-// names the run and warns when the cluster has been used.
-func (c *replayCommand) announce(ctx context.Context, lv *liveConfig, progress io.Writer) error {
-	if lv.local > 0 {
+// announce says on progress where the replay runs. With -address it
+// points the runner at that cluster under a fresh run name, and warns
+// when the cluster has been used.
+func (c *replayCommand) announce(ctx context.Context, runner *replay.Runner, address bool, progress io.Writer) error {
+	t := &runner.Target
+	if t.Local > 0 {
 		storage := "disk"
-		if lv.memory {
+		if t.LocalMemory {
 			storage = "memory"
 		}
-		fmt.Fprintf(progress, "replay: each run on a fresh cluster of %d servers in this process (Raft log on %s)\n", lv.local, storage)
+		fmt.Fprintf(progress, "replay: each run on a fresh cluster of %d servers in this process (Raft log on %s)\n", t.Local, storage)
 		return nil
 	}
-	cl, err := c.clusterClient(splitAddresses(c.address))
+	if !address {
+		return nil
+	}
+	cl, err := client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, Timeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
-	lv.client, lv.name = cl, runName()
-	fmt.Fprintf(progress, "replay: run %s (hosts %s-*, pool %s) on %s\n", lv.name, lv.name, lv.name, strings.Join(cl.Addresses(), ", "))
-	warn, err := notFresh(ctx, cl)
+	t.Client, t.Name = cl, replay.RunName()
+	fmt.Fprintf(progress, "replay: run %s (hosts %s-*, pool %s) on %s\n", t.Name, t.Name, t.Name, strings.Join(cl.Addresses(), ", "))
+	warn, err := replay.NotFresh(ctx, cl)
 	if err != nil {
 		return fmt.Errorf("reading the cluster: %w", err)
 	}
@@ -565,64 +505,6 @@ func (c *replayCommand) announce(ctx context.Context, lv *liveConfig, progress i
 			"so the figures can differ from the in-process replay's (a fresh cluster reproduces them)\n", warn)
 	}
 	return nil
-}
-
-func (lv liveConfig) live() bool { return lv.local > 0 || lv.address }
-
-// closeGrace bounds the graceful part of stopping a run's local cluster:
-// its data are thrown away, so leaving gossip politely buys nothing.
-const closeGrace = 250 * time.Millisecond
-
-// withCluster calls fn with a replay.Live for one run: a fresh cluster of
-// lv.local servers in this process, stopped afterwards, or the cluster at
-// -address, which the run cleans up after itself.
-func (c *replayCommand) withCluster(ctx context.Context, lv liveConfig, fn func(replay.Live) error) (err error) {
-	cl := lv.client
-	if lv.local > 0 {
-		sctx, cancel := context.WithTimeout(ctx, time.Minute)
-		lc, serr := bench.StartLocal(sctx, bench.LocalConfig{Servers: lv.local, InMemory: lv.memory, Version: version})
-		cancel()
-		if serr != nil {
-			return fmt.Errorf("local cluster: %w", serr)
-		}
-		defer func() {
-			cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
-			defer ccancel()
-			if cerr := lc.Close(cctx); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("stopping the local cluster: %w", cerr))
-			}
-		}()
-		if cl, err = c.clusterClient(lc.Addresses); err != nil {
-			return err
-		}
-	}
-	name := lv.name
-	if name == "" {
-		name = runName()
-	}
-	return fn(replay.Live{Client: cl, Name: name, Cleanup: lv.local == 0})
-}
-
-// notFresh says what shows that the cluster has been used ("" if
-// nothing): registered hosts, live or ended allocations.
-func notFresh(ctx context.Context, cl *client.Client) (string, error) {
-	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	hosts, _, err := cl.Hosts(octx, nil)
-	if err != nil {
-		return "", err
-	}
-	allocs, _, err := cl.Allocations(octx, &client.AllocationFilter{History: true, Limit: 1}, nil)
-	if err != nil {
-		return "", err
-	}
-	switch {
-	case len(hosts) > 0:
-		return fmt.Sprintf("the cluster already has %d host(s)", len(hosts)), nil
-	case len(allocs.Allocations) > 0:
-		return "the cluster has served allocation requests before", nil
-	}
-	return "", nil
 }
 
 func formatWait(d time.Duration) string {
@@ -634,7 +516,7 @@ func formatWait(d time.Duration) string {
 
 // plotMeans draws the mean curves into each file of the comma-separated
 // list paths.
-func plotMeans(source string, seeds int, means []meanCurve, paths string) error {
+func plotMeans(source string, seeds int, means []replay.MeanCurve, paths string) error {
 	var lines []replay.CurveLine
 	for _, m := range means {
 		lines = append(lines, replay.CurveLine{Name: fmt.Sprintf("%s (%.2f)", m.Policy, m.At130), Y: m.Curve})
@@ -655,9 +537,9 @@ func replot(jsonPath, paths string) error {
 		return err
 	}
 	var saved struct {
-		Source string      `json:"source"`
-		Seeds  []int64     `json:"seeds"`
-		Means  []meanCurve `json:"means"`
+		Source string             `json:"source"`
+		Seeds  []int64            `json:"seeds"`
+		Means  []replay.MeanCurve `json:"means"`
 	}
 	if err := json.Unmarshal(data, &saved); err != nil {
 		return fmt.Errorf("%s: %w", jsonPath, err)
@@ -666,100 +548,6 @@ func replot(jsonPath, paths string) error {
 		return fmt.Errorf("%s: no curves (not the -json output of -protocol fgd?)", jsonPath)
 	}
 	return plotMeans(saved.Source, len(saved.Seeds), saved.Means, paths)
-}
-
-// meanCurve is a policy's curve averaged over seeds.
-type meanCurve struct {
-	Policy fsm.Policy `json:"policy"`
-	Runs   int        `json:"runs"`
-	At100  float64    `json:"at100"`
-	At130  float64    `json:"at130"`
-	Min130 float64    `json:"min130"`
-	Max130 float64    `json:"max130"`
-	// Paper is the paper's figure for the matching policy, "" if none.
-	Paper string    `json:"paper_at130,omitempty"`
-	Curve []float64 `json:"curve"`
-}
-
-// paperFigures are the FGD paper's allocated % at 130 % arrived for the
-// dmsc policies that correspond to the paper's.
-var paperFigures = map[fsm.Policy]string{fsm.BestFit: "93.11", fsm.FragmentationAware: "95.40 (FGD)"}
-
-func meanCurves(policies []fsm.Policy, results []*replay.Result) []meanCurve {
-	var out []meanCurve
-	for _, p := range policies {
-		m := meanCurve{Policy: p, Paper: paperFigures[p], Min130: 101}
-		for _, r := range results {
-			if r.Policy != p {
-				continue
-			}
-			if m.Curve == nil {
-				m.Curve = make([]float64, len(r.Curve))
-			}
-			for i, v := range r.Curve {
-				m.Curve[i] += v
-			}
-			m.Runs++
-			m.Min130 = min(m.Min130, r.At130)
-			m.Max130 = max(m.Max130, r.At130)
-		}
-		if m.Runs == 0 {
-			continue
-		}
-		for i := range m.Curve {
-			m.Curve[i] /= float64(m.Runs)
-		}
-		m.At100, m.At130 = m.Curve[100], m.Curve[replay.CurveMax]
-		out = append(out, m)
-	}
-	return out
-}
-
-// loadOpenb reads the openb node and pod lists. Empty paths mean the
-// defaults under the traces directory; with sample set, the copy built
-// into the binary stands in when the default files are missing.
-func loadOpenb(nodesPath, podsPath string, sample bool) ([]trace.Node, []trace.Task, string, error) {
-	if nodesPath == "" {
-		nodesPath = filepath.Join(tracesDir(), "openb", "openb_node_list_gpu_node.csv")
-	}
-	if podsPath == "" {
-		podsPath = filepath.Join(tracesDir(), "openb", "openb_pod_list_default.csv")
-	}
-	if sample {
-		_, errN := os.Stat(nodesPath)
-		_, errP := os.Stat(podsPath)
-		if errN != nil || errP != nil {
-			fmt.Fprintf(os.Stderr, "replay: %s not found: using the built-in openb sample (all GPU hosts, first 1000 pods)\n", podsPath)
-			nodes, tasks, err := replay.SampleOpenb()
-			return nodes, tasks, "built-in openb_pod_list_default.csv (first 1000 pods)", err
-		}
-	}
-	nodes, err := trace.ReadNodesFile(nodesPath)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	tasks, err := trace.ReadTasksFile(podsPath)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	return nodes, tasks, podsPath, nil
-}
-
-// tracesDir is ../shared/traces next to the module root found upward from
-// the working directory, or ../shared/traces when there is none.
-func tracesDir() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return filepath.Join("..", "shared", "traces")
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return filepath.Join(filepath.Dir(d), "shared", "traces")
-		}
-		if filepath.Dir(d) == d {
-			return filepath.Join("..", "shared", "traces")
-		}
-	}
 }
 
 // parsePolicies reads "all" or a comma-separated list of policy names.
@@ -802,105 +590,4 @@ func parseSeeds(s string) ([]int64, error) {
 		return nil, errors.New("no seeds")
 	}
 	return out, nil
-}
-
-// parallelDo runs fn(0..n-1) on at most workers goroutines and returns
-// the first error.
-func parallelDo(n, workers int, fn func(i int) error) error {
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	for w := 0; w < min(workers, n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return firstErr
-}
-
-// progressBar draws "label [=====     ] 12/70 17% 42s" on one line,
-// redrawn in place every second and on progress (at most twice a second).
-type progressBar struct {
-	w     io.Writer
-	label string
-	total int
-	start time.Time
-	mu    sync.Mutex
-	n     int
-	drawn time.Time
-	stop  chan struct{}
-	wg    sync.WaitGroup
-}
-
-func newProgressBar(w io.Writer, label string, total int) *progressBar {
-	b := &progressBar{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{})}
-	b.draw(true)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-b.stop:
-				return
-			case <-t.C:
-				b.add(0)
-			}
-		}
-	}()
-	return b
-}
-
-func (b *progressBar) add(k int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.n += k
-	b.draw(false)
-}
-
-// draw redraws the line; the caller holds mu (or owns b).
-func (b *progressBar) draw(force bool) {
-	now := time.Now()
-	if !force && now.Sub(b.drawn) < 500*time.Millisecond {
-		return
-	}
-	b.drawn = now
-	const width = 30
-	frac := 0.0
-	if b.total > 0 {
-		frac = float64(b.n) / float64(b.total)
-	}
-	fill := int(frac * width)
-	el := now.Sub(b.start).Round(time.Second)
-	fmt.Fprintf(b.w, "\r%s [%s%s] %d/%d %3.0f%% %v ", b.label, strings.Repeat("=", fill), strings.Repeat(" ", width-fill), b.n, b.total, 100*frac, el)
-}
-
-// done draws the final state and ends the line.
-func (b *progressBar) done() {
-	close(b.stop)
-	b.wg.Wait()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.draw(true)
-	fmt.Fprintln(b.w)
 }

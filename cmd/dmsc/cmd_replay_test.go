@@ -13,9 +13,11 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/internal/bench"
+	"github.com/dmsc/dmsc/internal/replay"
 )
 
 func TestReplayUsageErrors(t *testing.T) {
@@ -121,7 +123,7 @@ func TestReplayQuickJSON(t *testing.T) {
 }
 
 func TestReplayTimelinePhilly(t *testing.T) {
-	philly := filepath.Join(tracesDir(), "philly.csv")
+	philly := filepath.Join(replay.TracesDir(), "philly.csv")
 	ui := cli.NewMockUi()
 	c := &replayCommand{apiCommand: apiCommand{ui: ui}, progress: &bytes.Buffer{}}
 	code := c.Run([]string{"-protocol", "timeline", "-trace", "philly", "-philly", philly, "-hosts", "4", "-limit", "200", "-policy", "BestFit", "-timeout", "10m"})
@@ -193,12 +195,12 @@ func TestReplayAddress(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	lc, err := bench.StartLocal(ctx, bench.LocalConfig{Servers: 1, InMemory: true})
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{Servers: 1, InMemory: true, HTTP: api.NodeHandler(api.Options{Role: "server"})})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer ccancel()
 		if err := lc.Close(cctx); err != nil {
 			t.Error(err)
@@ -206,14 +208,14 @@ func TestReplayAddress(t *testing.T) {
 	}()
 	args := []string{"-protocol", "fgd", "-quick", "-hosts", "20", "-limit", "300", "-policy", "FragmentationAware"}
 	want, _ := replayJSON(t, args...)
-	got, progress := replayJSON(t, append(args, "-address", strings.Join(lc.Addresses, ","))...)
+	got, progress := replayJSON(t, append(args, "-address", strings.Join(lc.Addresses(), ","))...)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("-address answers\n%v\nin process\n%v", got, want)
 	}
 	if strings.Contains(progress, "warning") {
 		t.Errorf("a warning on a fresh cluster: %q", progress)
 	}
-	cl, err := client.New(client.Config{Addresses: lc.Addresses})
+	cl, err := client.New(client.Config{Addresses: lc.Addresses()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func TestReplayAddress(t *testing.T) {
 		t.Errorf("after the run: pool policies %v (%v), want none", pols, err)
 	}
 	// A second run on the same cluster is warned about.
-	_, progress = replayJSON(t, append(args, "-address", strings.Join(lc.Addresses, ","))...)
+	_, progress = replayJSON(t, append(args, "-address", strings.Join(lc.Addresses(), ","))...)
 	if !strings.Contains(progress, "warning: the cluster has served allocation requests before") {
 		t.Errorf("no warning on a used cluster: %q", progress)
 	}

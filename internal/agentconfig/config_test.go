@@ -279,3 +279,17 @@ func TestDeployExamplesLoad(t *testing.T) {
 		})
 	}
 }
+
+// fileKeys lists every key the file schema knows.
+func fileKeys(t reflect.Type, prefix string) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		name, kind, _ := strings.Cut(t.Field(i).Tag.Get("hcl"), ",")
+		if kind == "block" {
+			out = append(out, fileKeys(t.Field(i).Type.Elem(), prefix+name+".")...)
+			continue
+		}
+		out = append(out, prefix+name)
+	}
+	return out
+}

@@ -274,20 +274,6 @@ func fileValues(v reflect.Value, prefix string) []keyValues {
 	return out
 }
 
-// fileKeys lists every key the file schema knows.
-func fileKeys(t reflect.Type, prefix string) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		name, kind, _ := strings.Cut(t.Field(i).Tag.Get("hcl"), ",")
-		if kind == "block" {
-			out = append(out, fileKeys(t.Field(i).Type.Elem(), prefix+name+".")...)
-			continue
-		}
-		out = append(out, prefix+name)
-	}
-	return out
-}
-
 // Usage is the help text of the agent's flags, with each setting's
 // environment variable and file key.
 func Usage() string {

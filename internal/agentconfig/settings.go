@@ -77,15 +77,6 @@ func (s Setting) isBool() bool {
 	return ok
 }
 
-// isList reports whether the setting takes several values.
-func (s Setting) isList() bool {
-	switch s.field(&Config{}).(type) {
-	case *[]string, *map[string]string:
-		return true
-	}
-	return false
-}
-
 // set parses vals into the setting's field of c. A list setting takes
 // every value (each may hold several, separated by commas) and replaces
 // the list; a single-valued setting takes the last.

@@ -22,12 +22,12 @@ func BenchmarkLocalApply(b *testing.B) {
 		b.Run(fmt.Sprintf("servers=%d", servers), func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			lc, err := StartLocal(ctx, LocalConfig{Servers: servers, Dir: b.TempDir()})
+			lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{Servers: servers, Dir: b.TempDir()})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer lc.Close(context.Background())
-			leader := lc.leader()
+			leader := lc.Leader()
 			if leader == nil {
 				b.Fatal("no leader")
 			}

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/cluster"
 )
 
 func TestParseMix(t *testing.T) {
@@ -152,7 +154,9 @@ func TestRunLocal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	lc, err := StartLocal(ctx, LocalConfig{Servers: 1, Dir: t.TempDir(), Version: "test"})
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{
+		Servers: 1, Dir: t.TempDir(), Version: "test", HTTP: api.NodeHandler(api.Options{Version: "test", Role: "server"}),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +167,7 @@ func TestRunLocal(t *testing.T) {
 			t.Errorf("close: %v", err)
 		}
 	})
-	cl, err := client.New(client.Config{Addresses: lc.Addresses})
+	cl, err := client.New(client.Config{Addresses: lc.Addresses()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package bench is the engine of `dmsc bench`: it registers a synthetic
-// inventory on a cluster (or on one it starts in this process), drives it
-// with concurrent clients doing a weighted mix of operations for a while,
-// and summarises throughput, latency percentiles and errors by code.
+// inventory on a cluster (`dmsc bench -local` starts one in this process
+// with cluster.StartLocal), drives it with concurrent clients doing a
+// weighted mix of operations for a while, and summarises throughput,
+// latency percentiles and errors by code.
 package bench
 
 import (

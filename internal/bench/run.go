@@ -39,7 +39,7 @@ type Config struct {
 	Progress         io.Writer
 	ProgressInterval time.Duration
 	// Connections, when set, counts the HTTP connections the nodes have
-	// accepted so far (a local cluster's LocalCluster.Connections); the
+	// accepted so far (cluster.LocalCluster.Connections); the
 	// result then reports how many the run opened.
 	Connections func() int64
 }

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/internal/bench"
 	"github.com/dmsc/dmsc/internal/trace"
 )
 
@@ -20,23 +21,23 @@ func startLive(t *testing.T, ctx context.Context, disk bool) *client.Client {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cfg := bench.LocalConfig{Servers: 3, InMemory: !disk}
+	cfg := cluster.LocalConfig{Servers: 3, InMemory: !disk, HTTP: api.NodeHandler(api.Options{Role: "server"})}
 	if disk {
 		cfg.Dir = t.TempDir()
 	}
-	lc, err := bench.StartLocal(sctx, cfg)
+	lc, err := cluster.StartLocal(sctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// The data are thrown away: a short graceful stop will do.
-		cctx, ccancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		cctx, ccancel := context.WithTimeout(context.Background(), closeGrace)
 		defer ccancel()
 		if err := lc.Close(cctx); err != nil {
 			t.Error(err)
 		}
 	})
-	cl, err := client.New(client.Config{Addresses: lc.Addresses, Timeout: 10 * time.Second})
+	cl, err := client.New(client.Config{Addresses: lc.Addresses(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,10 @@
 // Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent",
 // USENIX ATC'23) on the Alibaba openb trace; Timeline replays tasks as
 // they arrive and leave, with the queue, and reports utilisation, waits,
-// timeouts and refusals over time.
+// timeouts and refusals over time. Runner runs the replays of
+// `dmsc replay`: every policy (and seed), several at a time, in process,
+// on a fresh cluster started in this process for each run, or on a
+// running cluster, and MeanCurves averages them.
 package replay
 
 import (
