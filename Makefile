@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test bench image compose-up compose-down
+.PHONY: build test bench bench-placement image compose-up compose-down
 
 build:
 	$(GO) build -o bin/dmsc ./cmd/dmsc
@@ -12,11 +12,27 @@ test:
 
 # Scheduler throughput: allocate+release pairs per policy at 1k, 10k and
 # 100k devices, multi-device requests, FragmentationAware, the command
-# codec and snapshots. For the figures the targets are judged by, run
-#   go test -run '^$' -bench AllocRelease -benchtime 2s -count 5 ./fsm/
-# and take the medians.
+# codec and snapshots, once each.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./fsm/
+
+# The placement figures BENCHMARKS.md quotes: every policy and request
+# shape at 1k, 10k and 100k devices, 5 runs each, single-threaded, one
+# cluster build per policy and size; take the medians of $(BENCH_OUT).
+BENCH_OUT ?= bin/bench-placement.txt
+POLICIES = FirstFit BestFit WorstFit RoundRobin PriorityBased LoadBalanced
+SIZES = 1000 10000 100000
+bench-placement:
+	mkdir -p bin $(dir $(BENCH_OUT))
+	$(GO) test -c -o bin/fsm.test ./fsm
+	: > $(BENCH_OUT)
+	for pol in $(POLICIES); do for n in $(SIZES); do \
+	  bin/fsm.test -test.run '^$$' -test.bench "^BenchmarkAllocRelease/policy=$$pol\$$/devices=$$n\$$" -test.benchtime 1s -test.count 5 -test.cpu 1 >> $(BENCH_OUT); \
+	  bin/fsm.test -test.run '^$$' -test.bench "^BenchmarkMultiDevice/policy=$$pol\$$/devices=$$n\$$/" -test.benchtime 1s -test.count 5 -test.cpu 1 >> $(BENCH_OUT); \
+	done; done
+	for n in $(SIZES); do \
+	  bin/fsm.test -test.run '^$$' -test.bench "^BenchmarkFragmentationAware/devices=$$n\$$/" -test.benchtime 1s -test.count 5 -test.cpu 1 >> $(BENCH_OUT); \
+	done
 
 # Container image: a static binary on scratch (deploy/Dockerfile), staged
 # the way release tools do it: the build context holds only the binary and

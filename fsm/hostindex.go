@@ -193,19 +193,14 @@ func (s *State) figuresOf(h *Host) hostFigures {
 		}
 	}
 	f.free = roundScore(free)
-	for _, t := range DeviceTypes {
-		f.util[typeSlot(t)] = hostUtil(h, t)
+	for t, l := range h.load { // filling an array by type: order does not matter
+		if l.n > 0 {
+			f.util[typeSlot(t)] = l.used / float64(l.n)
+		}
 	}
 	return f
 }
 
-func hostUtil(h *Host, t DeviceType) float64 {
-	l := h.load[t]
-	if l == nil || l.n == 0 {
-		return 0
-	}
-	return l.used / float64(l.n)
-}
 
 // file puts (or moves) a host on the class's shelves.
 func (c *class) file(e *hostEntry) {
@@ -217,16 +212,19 @@ func (c *class) file(e *hostEntry) {
 		}
 		k := hostRankList[slot].key(&e.figs, c.typ)
 		old := hostKey{ch.keys[slot], e.id}
-		for sh := 1; sh < numShelves; sh++ {
+		for sh, t := range rs {
+			if t == nil {
+				continue
+			}
 			was, now := onShelf(ch.filed, sh), onShelf(n, sh)
 			if was && now && old.k == k {
 				continue
 			}
 			if was {
-				rs[sh].Delete(old)
+				t.Delete(old)
 			}
 			if now {
-				rs.tree(sh).ReplaceOrInsert(hostKey{k, e.id})
+				t.ReplaceOrInsert(hostKey{k, e.id})
 			}
 		}
 		ch.keys[slot] = k
@@ -245,9 +243,9 @@ func (c *class) unfile(id string) {
 			if rs == nil {
 				continue
 			}
-			for sh := 1; sh < numShelves; sh++ {
-				if onShelf(ch.filed, sh) {
-					rs[sh].Delete(hostKey{ch.keys[slot], id})
+			for sh, t := range rs {
+				if t != nil && onShelf(ch.filed, sh) {
+					t.Delete(hostKey{ch.keys[slot], id})
 				}
 			}
 		}
@@ -258,33 +256,31 @@ func (c *class) unfile(id string) {
 	}
 }
 
-func (rs *rankShelves) tree(sh int) *btree.BTreeG[hostKey] {
-	if rs[sh] == nil {
-		rs[sh] = btree.NewG(btreeDegree, hostKeyLess)
-	}
-	return rs[sh]
-}
-
-// useRank makes the class keep its hosts in a rank, filing those it
-// already holds. The index must be flushed.
-func (s *State) useRank(c *class, r *hostRank) {
-	if c.ranks[r.slot] != nil {
-		return
-	}
-	rs := &rankShelves{}
-	c.ranks[r.slot] = rs
-	for id, ch := range c.onHost { // building a set: order does not matter
-		if ch.filed == 0 {
-			continue
-		}
-		k := r.key(&s.idx.hosts[id].figs, c.typ)
-		ch.keys[r.slot] = k
-		for sh := 1; sh < numShelves; sh++ {
-			if onShelf(ch.filed, sh) {
-				rs.tree(sh).ReplaceOrInsert(hostKey{k, id})
+// shelf returns a class's shelf in a rank, keeping the rank and building
+// the shelf from the hosts the class holds if no walk asked for them
+// before: a shelf is kept up to date only once it is read. The index
+// must be flushed.
+func (s *State) shelf(c *class, r *hostRank, sh int) *btree.BTreeG[hostKey] {
+	rs := c.ranks[r.slot]
+	if rs == nil {
+		rs = &rankShelves{}
+		c.ranks[r.slot] = rs
+		for id, ch := range c.onHost { // keying a set: order does not matter
+			if ch.filed != 0 {
+				ch.keys[r.slot] = r.key(&s.idx.hosts[id].figs, c.typ)
 			}
 		}
 	}
+	if rs[sh] == nil {
+		t := btree.NewG(btreeDegree, hostKeyLess)
+		for id, ch := range c.onHost { // building a set: order does not matter
+			if onShelf(ch.filed, sh) {
+				t.ReplaceOrInsert(hostKey{ch.keys[r.slot], id})
+			}
+		}
+		rs[sh] = t
+	}
+	return rs[sh]
 }
 
 // hostSource is one shelf of a walk, at its next host.
@@ -304,11 +300,9 @@ func (s *State) walkHosts(r *hostRank, classes []*class, need int, from, to *hos
 	shelves := shelvesFor(need, s.idx.shelves[:0])
 	s.idx.shelves = shelves
 	for _, c := range classes {
-		s.useRank(c, r)
-		rs := c.ranks[r.slot]
 		for _, sh := range shelves {
-			t := rs[sh]
-			if t == nil || t.Len() == 0 {
+			t := s.shelf(c, r, sh)
+			if t.Len() == 0 {
 				continue
 			}
 			src := hostSource{t: t}
