@@ -201,7 +201,6 @@ func (s *State) figuresOf(h *Host) hostFigures {
 	return f
 }
 
-
 // file puts (or moves) a host on the class's shelves.
 func (c *class) file(e *hostEntry) {
 	ch := c.onHost[e.id]
