@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -308,20 +307,8 @@ func TestPlaceManyMatchesReference(t *testing.T) {
 				if r.Err == nil {
 					live = append(live, r.Allocation.ID)
 				}
-			case 3:
-				if len(live) > 0 {
-					i := rng.IntN(len(live))
-					if r := h.apply(&Release{AllocationID: live[i]}); r.Err == nil || errors.Is(r.Err, ErrNotActive) {
-						live = append(live[:i], live[i+1:]...)
-					}
-				}
-			case 4:
-				ids := sortedKeys(h.s.devices)
-				st := []DeviceStatus{Available, Available, Draining}[rng.IntN(3)]
-				h.must(&SetDeviceStatus{DeviceID: ids[rng.IntN(len(ids))], Status: st})
-			case 5:
-				hosts := sortedKeys(h.s.hosts)
-				h.must(&SetHostStatus{HostID: hosts[rng.IntN(len(hosts))], Up: rng.IntN(3) > 0})
+			default:
+				live = refMoveOn(h, rng, live)
 			}
 		}
 		h.advance(time.Second)

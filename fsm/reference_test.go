@@ -344,6 +344,29 @@ func refSetup(t *testing.T, rng *rand.Rand) *harness {
 	return h
 }
 
+// refMoveOn changes the state as the reference tests go: it releases a
+// live allocation, sets a device's status or a host's, at random. It
+// returns the allocations still live.
+func refMoveOn(h *harness, rng *rand.Rand, live []string) []string {
+	switch rng.IntN(3) {
+	case 0:
+		if len(live) > 0 {
+			i := rng.IntN(len(live))
+			if r := h.apply(&Release{AllocationID: live[i]}); r.Err == nil || errors.Is(r.Err, ErrNotActive) {
+				live = append(live[:i], live[i+1:]...)
+			}
+		}
+	case 1:
+		ids := sortedKeys(h.s.devices)
+		st := []DeviceStatus{Available, Available, Draining}[rng.IntN(3)]
+		h.must(&SetDeviceStatus{DeviceID: ids[rng.IntN(len(ids))], Status: st})
+	default:
+		hosts := sortedKeys(h.s.hosts)
+		h.must(&SetHostStatus{HostID: hosts[rng.IntN(len(hosts))], Up: rng.IntN(3) > 0})
+	}
+	return live
+}
+
 // refDump describes the candidates of a request for a failure message.
 func refDump(s *State, r *Request) string {
 	var b strings.Builder
@@ -410,20 +433,8 @@ func TestPlaceOneMatchesReference(t *testing.T) {
 					t.Fatalf("seed %d step %d %s: applied request got %+v (%v), want device %s", seed, step, pol, r.Allocation, r.Err, want)
 				}
 				live = append(live, r.Allocation.ID)
-			case 3:
-				if len(live) > 0 {
-					i := rng.IntN(len(live))
-					if r := h.apply(&Release{AllocationID: live[i]}); r.Err == nil || errors.Is(r.Err, ErrNotActive) {
-						live = append(live[:i], live[i+1:]...)
-					}
-				}
-			case 4:
-				ids := sortedKeys(h.s.devices)
-				st := []DeviceStatus{Available, Available, Draining}[rng.IntN(3)]
-				h.must(&SetDeviceStatus{DeviceID: ids[rng.IntN(len(ids))], Status: st})
-			case 5:
-				hosts := sortedKeys(h.s.hosts)
-				h.must(&SetHostStatus{HostID: hosts[rng.IntN(len(hosts))], Up: rng.IntN(3) > 0})
+			default:
+				live = refMoveOn(h, rng, live)
 			}
 			if err := h.s.CheckInvariants(); err != nil {
 				t.Fatalf("seed %d step %d: %v", seed, step, err)
