@@ -27,6 +27,8 @@ var layers = []struct {
 	name string
 	pkgs []string
 }{
+	// The cluster's certificates, on the standard library alone.
+	{"certs", []string{"internal/certs"}},
 	// The JSON of the HTTP API, shared by the SDK and the server.
 	{"wire", []string{"client/wire"}},
 	// The scheduler's state machine.
