@@ -58,8 +58,21 @@ func (s *Server) getRaft(w http.ResponseWriter, r *http.Request) error {
 	for i, sv := range cfg.Servers {
 		out.Servers[i] = wire.RaftServer{ID: sv.ID, Address: sv.Address, Voter: sv.Voter, Leader: sv.Leader}
 	}
+	for _, rs := range cfg.Removed {
+		out.Removed = append(out.Removed, wire.RemovedServer{ID: rs.ID, Since: rs.Since})
+	}
 	writeJSON(w, r, http.StatusOK, out)
 	return nil
+}
+
+// DELETE /v1/cluster/raft/removed/{id}
+func (s *Server) readmitPeer(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
+	defer cancel()
+	if err := s.b.ReadmitPeer(ctx, r.PathValue("id")); err != nil {
+		return err
+	}
+	return s.getRaft(w, r)
 }
 
 // DELETE /v1/cluster/raft/peers/{id}

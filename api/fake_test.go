@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,6 +144,9 @@ func (b *fakeBackend) RaftConfiguration() (cluster.RaftConfiguration, error) {
 			cfg.Servers = append(cfg.Servers, cluster.RaftServer{ID: id, Address: "127.0.0.1:5", Voter: true})
 		}
 	}
+	for _, id := range b.removed {
+		cfg.Removed = append(cfg.Removed, cluster.RemovedServer{ID: id, Since: time.Unix(1, 0).UTC()})
+	}
 	return cfg, nil
 }
 
@@ -162,6 +166,16 @@ func (b *fakeBackend) RemovePeer(ctx context.Context, id string) error {
 		return &fsm.Error{Code: fsm.ErrNotFound.Code, Message: "server " + id + " is not in the raft configuration"}
 	}
 	b.removed = append(b.removed, id)
+	return nil
+}
+
+func (b *fakeBackend) ReadmitPeer(ctx context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !contains(b.removed, id) {
+		return &fsm.Error{Code: fsm.ErrNotFound.Code, Message: "server " + id + " is not removed"}
+	}
+	b.removed = slices.DeleteFunc(b.removed, func(x string) bool { return x == id })
 	return nil
 }
 

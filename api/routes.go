@@ -80,6 +80,7 @@ func routes() []route {
 		{method: "GET", path: "/v1/cluster/leader", handle: (*Server).getLeader},
 		{method: "GET", path: "/v1/cluster/raft", handle: (*Server).getRaft},
 		{method: "DELETE", path: "/v1/cluster/raft/peers/{id}", handle: (*Server).removePeer},
+		{method: "DELETE", path: "/v1/cluster/raft/removed/{id}", handle: (*Server).readmitPeer},
 		{method: "GET", path: "/v1/agent/self", handle: (*Server).getAgentSelf},
 		{method: "GET", path: "/v1/snapshot", handle: (*Server).saveSnapshot},
 		{method: "PUT", path: "/v1/snapshot", handle: (*Server).restoreSnapshot, body: transport.MaxRestoreBytes},

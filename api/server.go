@@ -28,6 +28,7 @@ type Backend interface {
 	Leader() (cluster.LeaderInfo, bool)
 	RaftConfiguration() (cluster.RaftConfiguration, error)
 	RemovePeer(ctx context.Context, id string) error
+	ReadmitPeer(ctx context.Context, id string) error
 	SnapshotSave(ctx context.Context, w io.Writer) (cluster.ReadMeta, error)
 	SnapshotRestore(ctx context.Context, r io.Reader) error
 	Status() cluster.Status

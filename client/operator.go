@@ -68,6 +68,18 @@ func (c *Client) RemovePeer(ctx context.Context, id string) (*RaftConfiguration,
 	return &out, nil
 }
 
+// ReadmitPeer lifts an operator's removal of a server: the leader may add
+// it again (first as a non-voter, a voter once it is stable). It returns
+// the new configuration.
+func (c *Client) ReadmitPeer(ctx context.Context, id string) (*RaftConfiguration, error) {
+	var out RaftConfiguration
+	_, err := c.do(ctx, &request{method: http.MethodDelete, path: "/v1/cluster/raft/removed/" + esc(id), write: true, out: &out})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // SnapshotSave writes the replicated state, as of a consistent read, to w.
 // The bytes restore with SnapshotRestore.
 func (c *Client) SnapshotSave(ctx context.Context, w io.Writer) (*QueryMeta, error) {

@@ -249,7 +249,7 @@ func (n *Node) removePeerOnce(ctx context.Context, id string) error {
 				return &fsm.Error{Code: fsm.ErrConflict.Code, Message: "the leader cannot remove itself: no other voter can take over"}
 			}
 		} else {
-			return n.removeServer(ctx, id)
+			return n.removeByOperator(ctx, id)
 		}
 	}
 	l, ok := n.Leader()
@@ -291,7 +291,7 @@ func (n *Node) RPCRemovePeer(ctx context.Context, id string) error {
 	if id == n.cfg.NodeID {
 		return clusterErr(ErrNotLeader, "the leader cannot remove itself; ask it to leave")
 	}
-	return n.removeServer(ctx, id)
+	return n.removeByOperator(ctx, id)
 }
 
 func (n *Node) sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -97,6 +97,11 @@ type Config struct {
 	// the leader removes it from the Raft configuration. A server that
 	// leaves with Leave is removed at once.
 	DeadServerGrace time.Duration
+	// ServerStabilization is how long a new server, added as a non-voter,
+	// must stay healthy (alive, in the leader's term, within
+	// MaxTrailingLogs of the leader's log) before it is made a voter.
+	ServerStabilization time.Duration
+	MaxTrailingLogs     uint64
 	// HostDownGrace is how long a host may be gone from gossip before the
 	// leader marks it down (devices offline, allocations lost).
 	HostDownGrace time.Duration
@@ -143,6 +148,7 @@ func (c *Config) fillDefaults() {
 	def(&c.TickInterval, 5*time.Second)
 	def(&c.ReconcileInterval, time.Second)
 	def(&c.DeadServerGrace, 10*time.Minute)
+	def(&c.ServerStabilization, 10*time.Second)
 	def(&c.HostDownGrace, 30*time.Second)
 	def(&c.NoLeaderHold, 5*time.Second)
 	def(&c.RPCTimeout, 5*time.Second)
@@ -152,6 +158,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 10240
+	}
+	if c.MaxTrailingLogs == 0 {
+		c.MaxTrailingLogs = 250
 	}
 	if c.SnapshotRetain <= 0 {
 		c.SnapshotRetain = 2

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"sort"
 	"sync"
 	"time"
 
@@ -59,6 +58,7 @@ func (n *Node) monitorLeadership() {
 func (n *Node) leaderLoop(ctx context.Context) {
 	defer n.leaderReady.Store(false)
 	n.serverMissing = map[string]time.Time{}
+	n.stableSince = map[string]time.Time{}
 	n.hostMissing = map[string]time.Time{}
 	n.hostInv = map[string]string{}
 	n.hostRetry = map[string]time.Time{}
@@ -175,61 +175,6 @@ func (n *Node) reconcile(ctx context.Context) {
 	}
 	n.reconcileServers(ctx, list, byID, now)
 	n.reconcileHosts(ctx, list, byID, now)
-}
-
-// reconcileServers adds live servers as voters and removes servers that
-// left for good at once, and failed ones after DeadServerGrace.
-func (n *Node) reconcileServers(ctx context.Context, list []memberInfo, byID map[string]memberInfo, now time.Time) {
-	cfg, _, err := n.configuration(ctx)
-	if err != nil {
-		return
-	}
-	inConfig := map[string]raft.Server{}
-	var ids []string
-	for _, s := range cfg.Servers {
-		inConfig[string(s.ID)] = s
-		ids = append(ids, string(s.ID))
-	}
-	sort.Strings(ids)
-	for _, m := range list {
-		if m.id == n.cfg.NodeID || !m.meta.server() || m.status != MemberAlive || m.meta.Leaving || m.meta.Raft == "" {
-			continue
-		}
-		if s, ok := inConfig[m.id]; ok && string(s.Address) == m.meta.Raft && s.Suffrage == raft.Voter {
-			continue
-		}
-		n.log.Info("adding server to the raft configuration", "id", m.id, "address", m.meta.Raft)
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := n.raftCall(actx, func() raft.Future {
-			return n.raft.AddVoter(raft.ServerID(m.id), raft.ServerAddress(m.meta.Raft), 0, 0)
-		})
-		cancel()
-		if err != nil {
-			n.log.Warn("adding server failed", "id", m.id, "error", err)
-		}
-	}
-	for _, id := range ids {
-		if id == n.cfg.NodeID {
-			continue
-		}
-		m, ok := byID[id]
-		if ok && m.status == MemberAlive && !m.meta.Leaving {
-			delete(n.serverMissing, id)
-			continue
-		}
-		gone := ok && (m.status == MemberLeft || m.meta.Leaving)
-		since := n.missingSince(n.serverMissing, id, m, ok, now)
-		if !gone && now.Sub(since) < n.cfg.DeadServerGrace {
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := n.removeServer(rctx, id); err != nil {
-			n.log.Warn("removing server failed", "id", id, "error", err)
-		} else {
-			delete(n.serverMissing, id)
-		}
-		cancel()
-	}
 }
 
 // missingSince returns since when a node has been missing: when gossip
@@ -446,11 +391,13 @@ func (n *Node) hasRaftConfig() bool {
 	return err == nil && len(cfg.Servers) > 0
 }
 
-// RPCStatus tells a starting server whether this node belongs to a cluster.
+// RPCStatus tells a starting server whether this node belongs to a
+// cluster, and the leader how far this server has caught up.
 func (n *Node) RPCStatus(ctx context.Context) (transport.StatusResponse, error) {
 	st := transport.StatusResponse{ID: n.cfg.NodeID, Server: n.raft != nil}
 	if n.raft != nil {
 		st.HasState = n.raft.LastIndex() > 0 || n.hasRaftConfig()
+		st.LastIndex, st.Term = n.raft.LastIndex(), n.raft.CurrentTerm()
 		if l, ok := n.Leader(); ok {
 			st.Leader = l.ID
 		}

@@ -166,6 +166,7 @@ func (lc *LocalCluster) NodeConfig(id string, server bool) Config {
 		c.ReconcileInterval = 100 * time.Millisecond
 		c.HostDownGrace = time.Second
 		c.DeadServerGrace = time.Hour
+		c.ServerStabilization = 500 * time.Millisecond
 		c.GossipProbeInterval = 200 * time.Millisecond
 		c.GossipSuspicionMult = 2
 		c.InventoryInterval = 100 * time.Millisecond

@@ -50,7 +50,7 @@ type Node struct {
 	raftClosed   bool
 	fsm          *RaftFSM
 	raft         *raft.Raft
-	raftTrans    *raft.NetworkTransport
+	raftTrans    *commitBoundTransport
 	stores       *raftStores
 	leaderNotify chan bool
 	// leaderReady is set while this node leads and has applied its first
@@ -72,6 +72,7 @@ type Node struct {
 
 	// Leader-only bookkeeping, touched by the reconcile loop alone.
 	serverMissing map[string]time.Time
+	stableSince   map[string]time.Time
 	hostMissing   map[string]time.Time
 	hostInv       map[string]string
 	hostRetry     map[string]time.Time
@@ -174,12 +175,12 @@ func (n *Node) startRaft() error {
 	}
 	adv := &net.TCPAddr{IP: net.ParseIP(n.cfg.AdvertiseAddr), Port: ln.Addr().(*net.TCPAddr).Port}
 	n.raftAddr = adv.String()
-	n.raftTrans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	n.raftTrans = newCommitBoundTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  newRaftStream(ln, adv),
 		MaxPool: 3,
 		Timeout: raftIOTimeout,
 		Logger:  n.log.Named("raft-net"),
-	})
+	}))
 	n.fsm = NewRaftFSM(fsm.New())
 	n.leaderNotify = make(chan bool, 16)
 	existing, err := raft.HasExistingState(stores.logs, stores.stable, stores.snaps)
@@ -487,6 +488,11 @@ func (n *Node) RaftConfiguration() (RaftConfiguration, error) {
 			ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader,
 		})
 	}
+	n.fsm.Read(func(s *fsm.State) {
+		for _, r := range s.RemovedServers() {
+			out.Removed = append(out.Removed, RemovedServer{ID: r.ID, Since: time.Unix(0, r.Since).UTC()})
+		}
+	})
 	return out, nil
 }
 

@@ -92,10 +92,18 @@ type RaftServer struct {
 	Leader  bool   `json:"leader"`
 }
 
-// RaftConfiguration is the Raft configuration and the index it was set at.
+// RaftConfiguration is the Raft configuration and the index it was set at,
+// and the servers an operator removed, which the leader does not add back.
 type RaftConfiguration struct {
-	Index   uint64       `json:"index"`
-	Servers []RaftServer `json:"servers"`
+	Index   uint64          `json:"index"`
+	Servers []RaftServer    `json:"servers"`
+	Removed []RemovedServer `json:"removed,omitempty"`
+}
+
+// RemovedServer is a server an operator removed, and when.
+type RemovedServer struct {
+	ID    string    `json:"id"`
+	Since time.Time `json:"since"`
 }
 
 // LeaderInfo names the leader.

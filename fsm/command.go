@@ -10,17 +10,18 @@ type CommandType uint8
 
 // Command types. The numbers are part of the log format: never reuse one.
 const (
-	RegisterHostType    CommandType = 1
-	RemoveHostType      CommandType = 2
-	SetHostStatusType   CommandType = 3
-	SetDeviceStatusType CommandType = 4
-	AllocateType        CommandType = 5
-	ReleaseType         CommandType = 6
-	RenewType           CommandType = 7
-	CancelType          CommandType = 8
-	SetPolicyType       CommandType = 9
-	SetRetentionType    CommandType = 10
-	TickType            CommandType = 11
+	RegisterHostType     CommandType = 1
+	RemoveHostType       CommandType = 2
+	SetHostStatusType    CommandType = 3
+	SetDeviceStatusType  CommandType = 4
+	AllocateType         CommandType = 5
+	ReleaseType          CommandType = 6
+	RenewType            CommandType = 7
+	CancelType           CommandType = 8
+	SetPolicyType        CommandType = 9
+	SetRetentionType     CommandType = 10
+	TickType             CommandType = 11
+	SetServerRemovedType CommandType = 12
 )
 
 // Meta is carried by every command: the client's request ID (a retried
@@ -117,17 +118,28 @@ type Tick struct {
 	Meta
 }
 
-func (*RegisterHost) Type() CommandType    { return RegisterHostType }
-func (*RemoveHost) Type() CommandType      { return RemoveHostType }
-func (*SetHostStatus) Type() CommandType   { return SetHostStatusType }
-func (*SetDeviceStatus) Type() CommandType { return SetDeviceStatusType }
-func (*Allocate) Type() CommandType        { return AllocateType }
-func (*Release) Type() CommandType         { return ReleaseType }
-func (*Renew) Type() CommandType           { return RenewType }
-func (*Cancel) Type() CommandType          { return CancelType }
-func (*SetPolicy) Type() CommandType       { return SetPolicyType }
-func (*SetRetention) Type() CommandType    { return SetRetentionType }
-func (*Tick) Type() CommandType            { return TickType }
+// SetServerRemoved records that an operator removed a server from the
+// Raft configuration (Removed), so that the leader does not add it back
+// while the operator wants it gone, or lifts that (the server may then
+// rejoin, first as a non-voter).
+type SetServerRemoved struct {
+	Meta
+	ServerID string `json:"server_id"`
+	Removed  bool   `json:"removed"`
+}
+
+func (*RegisterHost) Type() CommandType     { return RegisterHostType }
+func (*RemoveHost) Type() CommandType       { return RemoveHostType }
+func (*SetHostStatus) Type() CommandType    { return SetHostStatusType }
+func (*SetDeviceStatus) Type() CommandType  { return SetDeviceStatusType }
+func (*Allocate) Type() CommandType         { return AllocateType }
+func (*Release) Type() CommandType          { return ReleaseType }
+func (*Renew) Type() CommandType            { return RenewType }
+func (*Cancel) Type() CommandType           { return CancelType }
+func (*SetPolicy) Type() CommandType        { return SetPolicyType }
+func (*SetRetention) Type() CommandType     { return SetRetentionType }
+func (*Tick) Type() CommandType             { return TickType }
+func (*SetServerRemoved) Type() CommandType { return SetServerRemovedType }
 
 // newCommand returns an empty command of type t, or nil if t is unknown.
 func newCommand(t CommandType) Command {
@@ -154,6 +166,8 @@ func newCommand(t CommandType) Command {
 		return &SetRetention{}
 	case TickType:
 		return &Tick{}
+	case SetServerRemovedType:
+		return &SetServerRemoved{}
 	}
 	return nil
 }

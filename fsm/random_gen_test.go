@@ -119,6 +119,8 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 		st = g.setPolicy()
 	case r < 885:
 		st = g.setRetention()
+	case r < 895:
+		st = g.setServerRemoved(s)
 	default:
 		st = g.badCommand(s, v)
 	}
@@ -552,6 +554,18 @@ func (g *cmdGen) setPolicy() step {
 	}
 	c.DeviceType = pick(g, fsm.DeviceTypes...)
 	return step{kind: "set type policy", cmd: c}
+}
+
+// setServerRemoved removes or readmits one of a few servers; readmitting a
+// server that is not removed is refused.
+func (g *cmdGen) setServerRemoved(s *fsm.State) step {
+	id := pick(g, "s4", "s5", "s6")
+	removed := g.chance(50)
+	st := step{kind: "set server removed", cmd: &fsm.SetServerRemoved{ServerID: id, Removed: removed}}
+	if !removed && !s.ServerRemoved(id) {
+		st.kind, st.bad, st.want = "readmit a server not removed", true, fsm.ErrNotFound
+	}
+	return st
 }
 
 func (g *cmdGen) setRetention() step {

@@ -27,6 +27,9 @@ type snapshotV1 struct {
 	Cursors      map[DeviceType]string       `json:"cursors"`
 	Retention    Retention                   `json:"retention"`
 	Shapes       []Shape                     `json:"shapes"`
+	// RemovedServers is absent when empty, so snapshots of states that
+	// never removed a server read as before.
+	RemovedServers map[string]int64 `json:"removed_servers,omitempty"`
 }
 
 // Snapshot writes the whole state. Two states that applied the same
@@ -34,16 +37,17 @@ type snapshotV1 struct {
 func (s *State) Snapshot(w io.Writer) error {
 	snap := snapshotV1{
 		Version: SnapshotVersion, Now: s.now, Seq: s.seq, Last: s.last,
-		Hosts:        s.Hosts(),
-		Devices:      make([]*Device, 0, len(s.devices)),
-		Live:         make([]*Allocation, 0, len(s.allocs)),
-		History:      make([]*Allocation, 0, s.history.len()),
-		Requests:     s.cache.entries(),
-		TypePolicies: s.typePolicies,
-		PoolPolicies: s.poolPolicies,
-		Cursors:      s.cursors,
-		Retention:    s.retention,
-		Shapes:       s.shapes.list,
+		Hosts:          s.Hosts(),
+		Devices:        make([]*Device, 0, len(s.devices)),
+		Live:           make([]*Allocation, 0, len(s.allocs)),
+		History:        make([]*Allocation, 0, s.history.len()),
+		Requests:       s.cache.entries(),
+		TypePolicies:   s.typePolicies,
+		PoolPolicies:   s.poolPolicies,
+		Cursors:        s.cursors,
+		Retention:      s.retention,
+		Shapes:         s.shapes.list,
+		RemovedServers: s.removedServers,
 	}
 	if snap.Requests == nil {
 		// An emptied cache and a restored empty one write the same.
@@ -102,6 +106,12 @@ func Restore(r io.Reader) (*State, error) {
 		}
 	}
 	s.cursors = nonNil(snap.Cursors)
+	s.removedServers = nonNil(snap.RemovedServers)
+	for _, id := range sortedKeys(s.removedServers) {
+		if id == "" || len(id) > MaxServerIDLength {
+			return nil, errf(ErrSnapshot, "removed server id %q empty or too long", id)
+		}
+	}
 	for _, sh := range snap.Shapes {
 		s.shapes.list = append(s.shapes.list, sh)
 	}

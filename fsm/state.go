@@ -29,6 +29,8 @@ type State struct {
 	cursors      map[DeviceType]string
 	retention    Retention
 	shapes       *shapeWindow
+	// removedServers are the servers an operator removed, with when.
+	removedServers map[string]int64
 
 	idx *index
 }
@@ -61,6 +63,8 @@ func New() *State {
 		retention:    DefaultRetention,
 		shapes:       newShapeWindow(),
 		idx:          newIndex(),
+
+		removedServers: map[string]int64{},
 	}
 	for t, p := range DefaultPolicies {
 		s.typePolicies[t] = PolicyConfig{Policy: p}
@@ -157,6 +161,8 @@ func (s *State) apply(idx uint64, c Command) Result {
 	case *Tick:
 		s.tick()
 		return Result{}
+	case *SetServerRemoved:
+		return s.setServerRemoved(c)
 	}
 	return Result{Err: errf(ErrUnknownCommand, "%T", c)}
 }
@@ -496,3 +502,45 @@ func (s *State) PoolPolicies() map[string]PolicyConfig {
 
 // Retention returns the history retention in force.
 func (s *State) Retention() Retention { return s.retention }
+
+// MaxServerIDLength bounds a server's ID in SetServerRemoved.
+const MaxServerIDLength = 128
+
+func (s *State) setServerRemoved(c *SetServerRemoved) Result {
+	if c.ServerID == "" || len(c.ServerID) > MaxServerIDLength {
+		return Result{Err: errf(ErrInvalid, "server id %q is empty or longer than %d bytes", c.ServerID, MaxServerIDLength)}
+	}
+	if !c.Removed {
+		if _, ok := s.removedServers[c.ServerID]; !ok {
+			return Result{Err: errf(ErrNotFound, "server %q is not removed", c.ServerID)}
+		}
+		delete(s.removedServers, c.ServerID)
+		return Result{}
+	}
+	if _, ok := s.removedServers[c.ServerID]; !ok {
+		s.removedServers[c.ServerID] = s.now
+	}
+	return Result{}
+}
+
+// RemovedServer is a server an operator removed, and when (Unix
+// nanoseconds of the leader's clock).
+type RemovedServer struct {
+	ID    string `json:"id"`
+	Since int64  `json:"since"`
+}
+
+// RemovedServers lists the servers an operator removed, by ID.
+func (s *State) RemovedServers() []RemovedServer {
+	out := make([]RemovedServer, 0, len(s.removedServers))
+	for _, id := range sortedKeys(s.removedServers) {
+		out = append(out, RemovedServer{ID: id, Since: s.removedServers[id]})
+	}
+	return out
+}
+
+// ServerRemoved reports whether an operator removed the server.
+func (s *State) ServerRemoved(id string) bool {
+	_, ok := s.removedServers[id]
+	return ok
+}

@@ -96,12 +96,17 @@ type InventoryResponse struct {
 }
 
 // StatusResponse tells a starting server whether a peer already belongs to
-// a Raft cluster (then it must not bootstrap a new one).
+// a Raft cluster (then it must not bootstrap a new one), and the leader
+// how far a new server has caught up.
 type StatusResponse struct {
 	ID       string `json:"id"`
 	Server   bool   `json:"server"`
 	HasState bool   `json:"has_state"`
 	Leader   string `json:"leader,omitempty"`
+	// LastIndex and Term are the server's last Raft log index and term:
+	// how far it has caught up, for the leader's admission of new servers.
+	LastIndex uint64 `json:"last_index,omitempty"`
+	Term      uint64 `json:"term,omitempty"`
 }
 
 // RemovePeerRequest names a server to remove from the Raft configuration.

@@ -353,8 +353,16 @@ type RaftServer struct {
 }
 
 // RaftConfiguration is the Raft configuration and the log index it was
-// set at (GET /v1/cluster/raft).
+// set at (GET /v1/cluster/raft), and the servers an operator removed,
+// which the leader does not add back until they are readmitted.
 type RaftConfiguration struct {
-	Index   uint64       `json:"index"`
-	Servers []RaftServer `json:"servers"`
+	Index   uint64          `json:"index"`
+	Servers []RaftServer    `json:"servers"`
+	Removed []RemovedServer `json:"removed,omitempty"`
+}
+
+// RemovedServer is a server an operator removed, and when.
+type RemovedServer struct {
+	ID    string    `json:"id"`
+	Since time.Time `json:"since"`
 }

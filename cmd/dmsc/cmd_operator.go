@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/cli"
 
@@ -63,7 +64,9 @@ func (c *raftListPeersCommand) Help() string {
 	return helpText(`
 Usage: dmsc operator raft list-peers [options]
 
-  Lists the servers of the Raft configuration and which one leads.`, "")
+  Lists the servers of the Raft configuration: which one leads, which
+  vote and which are non-voters (new servers catching up before they are
+  promoted), and the servers an operator removed.`, "")
 }
 
 func (c *raftListPeersCommand) Run(args []string) int {
@@ -95,6 +98,13 @@ func (c *apiCommand) printRaft(rc *client.RaftConfiguration) {
 		rows[i] = []string{s.ID, s.Address, state, fmt.Sprint(s.Voter)}
 	}
 	c.output(table([]string{"ID", "ADDRESS", "STATE", "VOTER"}, rows))
+	if len(rc.Removed) > 0 {
+		removed := make([][]string, len(rc.Removed))
+		for i, r := range rc.Removed {
+			removed[i] = []string{r.ID, r.Since.Format(time.RFC3339)}
+		}
+		c.output("\nRemoved by an operator (not added back until readmitted):\n" + table([]string{"ID", "SINCE"}, removed))
+	}
 }
 
 // raftRemovePeerCommand is `dmsc operator raft remove-peer ID`.
@@ -108,8 +118,10 @@ func (c *raftRemovePeerCommand) Help() string {
 	return helpText(`
 Usage: dmsc operator raft remove-peer [options] <server-id>
 
-  Removes a server that is gone for good from the Raft configuration, so
-  that the quorum no longer counts it. Prints the new configuration.`, "")
+  Removes a server from the Raft configuration, so that the quorum no
+  longer counts it, and keeps it out: the leader does not add it back,
+  even while it runs, until "dmsc operator raft readmit" lifts that.
+  Prints the new configuration.`, "")
 }
 
 func (c *raftRemovePeerCommand) Run(args []string) int {
@@ -125,6 +137,42 @@ func (c *raftRemovePeerCommand) Run(args []string) int {
 		}
 		if !c.json {
 			c.ui.Output(fmt.Sprintf("Removed server %s\n", pos[0]))
+		}
+		c.printRaft(rc)
+		return nil
+	})
+}
+
+// raftReadmitCommand is `dmsc operator raft readmit ID`.
+type raftReadmitCommand struct{ apiCommand }
+
+func (c *raftReadmitCommand) Synopsis() string {
+	return "Let a removed server join again"
+}
+
+func (c *raftReadmitCommand) Help() string {
+	return helpText(`
+Usage: dmsc operator raft readmit [options] <server-id>
+
+  Lifts an operator's removal of a server: when it runs, the leader adds
+  it again, first as a non-voter, and makes it a voter once it has caught
+  up and stayed healthy for the stabilization time. Prints the new
+  configuration.`, "")
+}
+
+func (c *raftReadmitCommand) Run(args []string) int {
+	fs := c.flags("operator raft readmit")
+	pos, ok := c.parse(fs, args, "<server-id>")
+	if !ok {
+		return exitUsage
+	}
+	return c.run(func(ctx context.Context, cl *client.Client) error {
+		rc, err := cl.ReadmitPeer(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if !c.json {
+			c.ui.Output(fmt.Sprintf("Readmitted server %s\n", pos[0]))
 		}
 		c.printRaft(rc)
 		return nil
@@ -234,9 +282,10 @@ func operatorCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	return map[string]cli.CommandFactory{
 		"members":                   func() (cli.Command, error) { return &membersCommand{base()}, nil },
 		"operator":                  parent("operator", "Operate the cluster: Raft peers and snapshots", "raft", "snapshot"),
-		"operator raft":             parent("operator raft", "Inspect and change the Raft configuration", "list-peers", "remove-peer"),
+		"operator raft":             parent("operator raft", "Inspect and change the Raft configuration", "list-peers", "remove-peer", "readmit"),
 		"operator raft list-peers":  func() (cli.Command, error) { return &raftListPeersCommand{base()}, nil },
 		"operator raft remove-peer": func() (cli.Command, error) { return &raftRemovePeerCommand{base()}, nil },
+		"operator raft readmit":     func() (cli.Command, error) { return &raftReadmitCommand{base()}, nil },
 		"operator snapshot":         parent("operator snapshot", "Save and restore the cluster's state", "save", "restore"),
 		"operator snapshot save":    func() (cli.Command, error) { return &snapshotCommand{base(), false}, nil },
 		"operator snapshot restore": func() (cli.Command, error) { return &snapshotCommand{base(), true}, nil },

@@ -86,6 +86,7 @@ type Config struct {
 	TickInterval       time.Duration
 	ReconcileInterval  time.Duration
 	DeadServerGrace    time.Duration
+	StabilizationTime  time.Duration
 	HostDownGrace      time.Duration
 	NoLeaderHold       time.Duration
 
@@ -272,6 +273,7 @@ func (c *Config) ClusterConfig(dataDir string, inventory cluster.InventoryFunc, 
 		TickInterval:        c.TickInterval,
 		ReconcileInterval:   c.ReconcileInterval,
 		DeadServerGrace:     c.DeadServerGrace,
+		ServerStabilization: c.StabilizationTime,
 		HostDownGrace:       c.HostDownGrace,
 		NoLeaderHold:        c.NoLeaderHold,
 		GossipProbeInterval: c.GossipProbeInterval,

@@ -61,6 +61,7 @@ type serverBlock struct {
 	TickInterval       *string `hcl:"tick_interval,optional"`
 	ReconcileInterval  *string `hcl:"reconcile_interval,optional"`
 	DeadServerGrace    *string `hcl:"dead_server_grace,optional"`
+	StabilizationTime  *string `hcl:"stabilization_time,optional"`
 	HostDownGrace      *string `hcl:"host_down_grace,optional"`
 	NoLeaderHold       *string `hcl:"no_leader_hold,optional"`
 }

@@ -56,6 +56,7 @@ var Settings = []Setting{
 	{"tick-interval", "DMSC_TICK_INTERVAL", "server.tick_interval", "how often the leader advances time when no deadline is due sooner", func(c *Config) any { return &c.TickInterval }},
 	{"reconcile-interval", "DMSC_RECONCILE_INTERVAL", "server.reconcile_interval", "how often the leader reconciles gossip with the Raft configuration and hosts", func(c *Config) any { return &c.ReconcileInterval }},
 	{"dead-server-grace", "DMSC_DEAD_SERVER_GRACE", "server.dead_server_grace", "how long a failed server stays in the Raft configuration", func(c *Config) any { return &c.DeadServerGrace }},
+	{"server-stabilization-time", "DMSC_SERVER_STABILIZATION_TIME", "server.stabilization_time", "how long a new server must stay healthy as a non-voter before it is made a voter", func(c *Config) any { return &c.StabilizationTime }},
 	{"host-down-grace", "DMSC_HOST_DOWN_GRACE", "server.host_down_grace", "how long a host may be gone before it is marked down", func(c *Config) any { return &c.HostDownGrace }},
 	{"no-leader-hold", "DMSC_NO_LEADER_HOLD", "server.no_leader_hold", "how long a write waits for a leader before a retryable error", func(c *Config) any { return &c.NoLeaderHold }},
 

@@ -193,7 +193,8 @@ func (m *memBackend) Leader() (cluster.LeaderInfo, bool) {
 func (m *memBackend) RaftConfiguration() (cluster.RaftConfiguration, error) {
 	return cluster.RaftConfiguration{}, nil
 }
-func (m *memBackend) RemovePeer(context.Context, string) error { return cluster.ErrNotServer }
+func (m *memBackend) RemovePeer(context.Context, string) error  { return cluster.ErrNotServer }
+func (m *memBackend) ReadmitPeer(context.Context, string) error { return cluster.ErrNotServer }
 func (m *memBackend) SnapshotSave(context.Context, io.Writer) (cluster.ReadMeta, error) {
 	return cluster.ReadMeta{}, cluster.ErrNotServer
 }

@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// TestAppendEntriesCommitIsBounded: a follower never learns a commit index
+// beyond the last entry a request carries, so it cannot commit entries of
+// its own that the leader never matched.
+func TestAppendEntriesCommitIsBounded(t *testing.T) {
+	// Streams that close the connections they accepted, as a node's do.
+	newTrans := func() *raft.NetworkTransport {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: newRaftStream(ln, ln.Addr()), MaxPool: 2, Timeout: time.Second, Logger: hclog.NewNullLogger(),
+		})
+	}
+	sender := newTrans()
+	receiver := newCommitBoundTransport(newTrans())
+	defer func() {
+		sender.CloseStreams()
+		sender.Close()
+		receiver.Close()
+	}()
+
+	for _, tc := range []struct {
+		prev, entries, commit, want uint64
+	}{
+		{prev: 10, entries: 0, commit: 20, want: 10}, // nothing carried: up to the matched entry
+		{prev: 10, entries: 3, commit: 20, want: 13}, // up to the last entry carried
+		{prev: 10, entries: 3, commit: 12, want: 12}, // below: unchanged
+		{prev: 0, entries: 0, commit: 0, want: 0},
+	} {
+		req := &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ID: []byte("s9"), Addr: []byte(sender.LocalAddr())},
+			Term:      5, PrevLogEntry: tc.prev, PrevLogTerm: 4, LeaderCommitIndex: tc.commit,
+		}
+		for i := uint64(1); i <= tc.entries; i++ {
+			req.Entries = append(req.Entries, &raft.Log{Index: tc.prev + i, Term: 5, Type: raft.LogCommand})
+		}
+		errc := make(chan error, 1)
+		go func() {
+			var resp raft.AppendEntriesResponse
+			errc <- sender.AppendEntries("s1", receiver.LocalAddr(), req, &resp)
+		}()
+		select {
+		case rpc := <-receiver.Consumer():
+			got := rpc.Command.(*raft.AppendEntriesRequest)
+			if got.LeaderCommitIndex != tc.want {
+				t.Errorf("prev %d, %d entries, commit %d: raft sees commit %d, want %d", tc.prev, tc.entries, tc.commit, got.LeaderCommitIndex, tc.want)
+			}
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 5, Success: true}, nil)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no request reached the consumer")
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
