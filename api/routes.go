@@ -85,6 +85,12 @@ func routes() []route {
 		{method: "GET", path: "/v1/snapshot", handle: (*Server).saveSnapshot},
 		{method: "PUT", path: "/v1/snapshot", handle: (*Server).restoreSnapshot, body: transport.MaxRestoreBytes},
 
+		// Gossip keyring.
+		{method: "GET", path: "/v1/operator/keyring", handle: (*Server).listKeyring},
+		{method: "POST", path: "/v1/operator/keyring", handle: (*Server).installKey},
+		{method: "PUT", path: "/v1/operator/keyring", handle: (*Server).useKey},
+		{method: "DELETE", path: "/v1/operator/keyring", handle: (*Server).removeKey},
+
 		// Probes and metrics.
 		{method: "GET", path: "/v1/health", handle: (*Server).getHealth, exempt: true},
 		{method: "GET", path: "/v1/ready", handle: (*Server).getReady, exempt: true},

@@ -31,6 +31,7 @@ type Backend interface {
 	ReadmitPeer(ctx context.Context, id string) error
 	SnapshotSave(ctx context.Context, w io.Writer) (cluster.ReadMeta, error)
 	SnapshotRestore(ctx context.Context, r io.Reader) error
+	Keyring(ctx context.Context, op cluster.KeyringOp, key string) (cluster.KeyringResult, error)
 	Status() cluster.Status
 	Self() cluster.Member
 }

@@ -117,6 +117,13 @@ type Config struct {
 	// (memberlist LAN defaults when zero: 1s and 4).
 	GossipProbeInterval time.Duration
 	GossipSuspicionMult int
+	// EncryptKey turns on gossip encryption with this key (16, 24 or 32
+	// bytes): members without it are neither seen nor heard. A keyring
+	// file left by an earlier run wins over it (keyring.go).
+	EncryptKey []byte
+	// KeyringFile is where the gossip keyring persists; empty means
+	// DataDir/keyring, or nowhere without a DataDir.
+	KeyringFile string
 
 	// Inventory makes the node a device host: it advertises the host role
 	// and answers inventory requests. Required when Server is false; a
@@ -201,6 +208,9 @@ func (c *Config) validate() error {
 	}
 	if c.ElectionTimeout < c.HeartbeatTimeout || c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return fmt.Errorf("%w: need leader lease <= heartbeat timeout <= election timeout", ErrConfig)
+	}
+	if err := c.validateEncryptKey(); err != nil {
+		return err
 	}
 	if net.ParseIP(c.BindAddr) == nil {
 		return fmt.Errorf("%w: bind address %q is not an IP", ErrConfig, c.BindAddr)

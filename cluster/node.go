@@ -64,6 +64,8 @@ type Node struct {
 	ml      *memberlist.Memberlist
 	members *members
 	leaving atomic.Bool
+	// gossipKeys is the gossip encryption keyring (keyring.go).
+	gossipKeys gossipKeyring
 
 	// Host inventory (nodes with Config.Inventory).
 	invMu   sync.Mutex
@@ -248,6 +250,9 @@ func (n *Node) startGossip() error {
 	// A node restarted on another address may take its name back once
 	// the old incarnation is known dead.
 	c.DeadNodeReclaimTime = 30 * time.Second
+	if err := n.setupKeyring(c); err != nil {
+		return err
+	}
 	c.Delegate = metaDelegate{meta: n.localMeta}
 	c.Events = n.members
 	c.Logger = n.cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})

@@ -123,6 +123,7 @@ type RPCHandler interface {
 	RPCStatus(ctx context.Context) (StatusResponse, error)
 	RPCRemovePeer(ctx context.Context, id string) error
 	RPCRestore(ctx context.Context, snapshot io.Reader) error
+	RPCKeyring(ctx context.Context, req KeyringRequest) (KeyringResponse, error)
 }
 
 // rpcError is the body of a failed RPC.
@@ -143,6 +144,7 @@ func NewRPCHandler(h RPCHandler, logger hclog.Logger) http.Handler {
 	mux.HandleFunc("GET "+RPCStatusPath, s.status)
 	mux.HandleFunc("POST "+RPCRemovePeerPath, s.removePeer)
 	mux.HandleFunc("POST "+RPCRestorePath, s.restore)
+	mux.HandleFunc("POST "+RPCKeyringPath, s.keyring) // server-only
 	return mux
 }
 

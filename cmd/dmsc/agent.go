@@ -62,6 +62,13 @@ Usage: dmsc agent [options]
       dmsc agent -host -join 10.0.0.11 -devices /etc/dmsc/devices.json
       dmsc agent -host -join 10.0.0.11 -discover nvidia,cpu,memory
 
+  Gossip encryption: give every agent the same key, made by 'dmsc
+  operator keygen', with -encrypt or DMSC_ENCRYPT (a flag shows in the
+  process list; prefer the environment or a config file). A node without
+  the key is neither seen nor heard. The keyring is kept in
+  <data-dir>/keyring (a host without -data-dir: -keyring-file) and wins
+  over -encrypt on restart; rotate keys with 'dmsc operator keyring'.
+
   Settings come from config files (-config), DMSC_* environment variables
   and flags; a flag beats the environment, which beats a file. Examples are
   in deploy/server.hcl and deploy/host.hcl.

@@ -281,7 +281,9 @@ func operatorCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	}
 	return map[string]cli.CommandFactory{
 		"members":                   func() (cli.Command, error) { return &membersCommand{base()}, nil },
-		"operator":                  parent("operator", "Operate the cluster: Raft peers and snapshots", "raft", "snapshot"),
+		"operator":                  parent("operator", "Operate the cluster: Raft peers, snapshots and gossip keys", "raft", "snapshot", "keygen", "keyring"),
+		"operator keygen":           func() (cli.Command, error) { return &keygenCommand{ui: ui}, nil },
+		"operator keyring":          func() (cli.Command, error) { return &keyringCommand{base()}, nil },
 		"operator raft":             parent("operator raft", "Inspect and change the Raft configuration", "list-peers", "remove-peer", "readmit"),
 		"operator raft list-peers":  func() (cli.Command, error) { return &raftListPeersCommand{base()}, nil },
 		"operator raft remove-peer": func() (cli.Command, error) { return &raftRemovePeerCommand{base()}, nil },

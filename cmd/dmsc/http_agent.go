@@ -28,6 +28,7 @@ var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, ready func() 
 			"tick_interval": cfg.TickInterval.String(), "host_down_grace": cfg.HostDownGrace.String(),
 			"dead_server_grace": cfg.DeadServerGrace.String(), "no_leader_hold": cfg.NoLeaderHold.String(),
 			"log_level": cfg.LogLevel, "enable_debug": cfg.EnableDebug,
+			"gossip_encrypt_key_set": cfg.Encrypt != "", "keyring_file": cfg.KeyringFile,
 		},
 		Ready:       ready,
 		EnableDebug: cfg.EnableDebug,

@@ -92,6 +92,10 @@ type Config struct {
 
 	GossipProbeInterval time.Duration
 	GossipSuspicionMult int
+	// Encrypt is the gossip encryption key in base64; KeyringFile is where
+	// the gossip keyring persists (default DataDir/keyring).
+	Encrypt     string
+	KeyringFile string
 
 	// Host makes the agent report devices. A server may also be a host.
 	Host bool
@@ -210,6 +214,11 @@ func (c *Config) Validate() error {
 			return bad("join address %q: %v", j, err)
 		}
 	}
+	if c.Encrypt != "" {
+		if _, err := cluster.DecodeGossipKey(c.Encrypt); err != nil {
+			return bad("encrypt: %v", err)
+		}
+	}
 	if _, err := hclogLevel(c.LogLevel); err != nil {
 		return bad("%v", err)
 	}
@@ -278,11 +287,23 @@ func (c *Config) ClusterConfig(dataDir string, inventory cluster.InventoryFunc, 
 		NoLeaderHold:        c.NoLeaderHold,
 		GossipProbeInterval: c.GossipProbeInterval,
 		GossipSuspicionMult: c.GossipSuspicionMult,
+		EncryptKey:          c.encryptKey(),
+		KeyringFile:         c.KeyringFile,
 		Inventory:           inventory,
 		InventoryInterval:   c.InventoryInterval,
 		Version:             version,
 		Logger:              logger,
 	}
+}
+
+// encryptKey is the decoded gossip key, nil without one (Validate has
+// checked it).
+func (c *Config) encryptKey() []byte {
+	if c.Encrypt == "" {
+		return nil
+	}
+	key, _ := cluster.DecodeGossipKey(c.Encrypt)
+	return key
 }
 
 func contains(list []string, s string) bool {

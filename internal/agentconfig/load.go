@@ -35,6 +35,8 @@ type fileConfig struct {
 	Join              *[]string    `hcl:"join,optional"`
 	RetryInterval     *string      `hcl:"retry_interval,optional"`
 	ReconnectInterval *string      `hcl:"reconnect_interval,optional"`
+	Encrypt           *string      `hcl:"encrypt,optional"`
+	KeyringFile       *string      `hcl:"keyring_file,optional"`
 	Ports             *portsBlock  `hcl:"ports,block"`
 	Server            *serverBlock `hcl:"server,block"`
 	Gossip            *gossipBlock `hcl:"gossip,block"`

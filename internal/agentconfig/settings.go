@@ -28,7 +28,7 @@ type Setting struct {
 // Settings lists every setting in help order.
 var Settings = []Setting{
 	{"node", "DMSC_NODE_NAME", "node_name", "unique, stable node name (default: the short hostname)", func(c *Config) any { return &c.NodeName }},
-	{"data-dir", "DMSC_DATA_DIR", "data_dir", "directory for the Raft log, stable store and snapshots (servers)", func(c *Config) any { return &c.DataDir }},
+	{"data-dir", "DMSC_DATA_DIR", "data_dir", "directory for the Raft log, stable store and snapshots (servers), and the gossip keyring", func(c *Config) any { return &c.DataDir }},
 	{"bind", "DMSC_BIND_ADDR", "bind_addr", "IP address the cluster ports bind", func(c *Config) any { return &c.BindAddr }},
 	{"advertise", "DMSC_ADVERTISE_ADDR", "advertise_addr", "IP address other nodes use to reach this one (default: bind address, or the first private IP)", func(c *Config) any { return &c.AdvertiseAddr }},
 	{"http-addr", "DMSC_HTTP_ADDR", "http_addr", "host:port of the HTTP API", func(c *Config) any { return &c.HTTPAddr }},
@@ -62,6 +62,8 @@ var Settings = []Setting{
 
 	{"gossip-probe-interval", "DMSC_GOSSIP_PROBE_INTERVAL", "gossip.probe_interval", "gossip failure-detection probe interval", func(c *Config) any { return &c.GossipProbeInterval }},
 	{"gossip-suspicion-mult", "DMSC_GOSSIP_SUSPICION_MULT", "gossip.suspicion_mult", "gossip suspicion multiplier", func(c *Config) any { return &c.GossipSuspicionMult }},
+	{"encrypt", "DMSC_ENCRYPT", "encrypt", "gossip encryption key, base64 of 32 bytes ('dmsc operator keygen' makes one); every member needs it. A keyring file from an earlier run wins over it", func(c *Config) any { return &c.Encrypt }},
+	{"keyring-file", "DMSC_KEYRING_FILE", "keyring_file", "file the gossip keyring persists in, so rotated keys survive restarts (default: <data-dir>/keyring; a host without -data-dir needs it)", func(c *Config) any { return &c.KeyringFile }},
 
 	{"host", "DMSC_HOST", "host.enabled", "report this machine's devices to the cluster", func(c *Config) any { return &c.Host }},
 	{"devices", "DMSC_DEVICES", "host.devices_file", "devices.json inventory file", func(c *Config) any { return &c.DevicesFile }},

@@ -199,6 +199,9 @@ func (m *memBackend) SnapshotSave(context.Context, io.Writer) (cluster.ReadMeta,
 	return cluster.ReadMeta{}, cluster.ErrNotServer
 }
 func (m *memBackend) SnapshotRestore(context.Context, io.Reader) error { return cluster.ErrNotServer }
+func (m *memBackend) Keyring(context.Context, cluster.KeyringOp, string) (cluster.KeyringResult, error) {
+	return cluster.KeyringResult{}, cluster.ErrNotServer
+}
 func (m *memBackend) Status() cluster.Status {
 	applied, _ := m.f.Indexes()
 	return cluster.Status{ID: "mem", Server: true, State: "Leader", Leader: "mem", KnownLeader: true,
