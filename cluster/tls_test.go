@@ -141,6 +141,9 @@ func TestTLSCluster(t *testing.T) {
 
 		waitHost(t, leader, "h2", true, 1, fsm.Available)
 		poll(t, 15*time.Second, "the leader to refuse h1's inventory", func() error {
+			if _, _, ok := hostView(t, leader, "h1"); ok {
+				t.Fatal("the impostor registered h1")
+			}
 			if !lines.has("registering host failed", "host=h1") {
 				return errors.New("not yet")
 			}
