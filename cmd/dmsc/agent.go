@@ -44,7 +44,8 @@ func (c *agentCommand) Help() string {
 	return strings.TrimSpace(`
 Usage: dmsc agent [options]
 
-  Runs a dmsc agent until it receives SIGINT or SIGTERM.
+  Runs a dmsc agent until it receives SIGINT or SIGTERM. SIGHUP reloads
+  its TLS certificate files.
 
   Try dmsc on one machine (a one-node cluster with sample GPUs, storage
   removed on exit):
@@ -61,6 +62,16 @@ Usage: dmsc agent [options]
 
       dmsc agent -host -join 10.0.0.11 -devices /etc/dmsc/devices.json
       dmsc agent -host -join 10.0.0.11 -discover nvidia,cpu,memory
+
+  With TLS, which every cluster outside one machine should have: make a
+  CA once, a certificate per server and host, and give each agent the
+  CA, its certificate and its key. Raft and the node RPC then take only
+  mutual TLS from the cluster's nodes, and the HTTP API serves HTTPS:
+
+      dmsc tls ca create
+      dmsc tls cert create -server -node s1 -ip 10.0.0.11
+      dmsc agent -server -node s1 ... -tls-ca-file dmsc-agent-ca.pem \
+                 -tls-cert-file server-s1.pem -tls-key-file server-s1-key.pem
 
   Settings come from config files (-config), DMSC_* environment variables
   and flags; a flag beats the environment, which beats a file. Examples are
@@ -129,6 +140,13 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		log.Info("device inventory", "host", host.ID, "devices", describeInventory(devices))
 	}
 
+	tlsStore, err := cfg.LoadTLS()
+	if err != nil {
+		return err
+	}
+	stopReload := reloadOnHUP(ctx, tlsStore, log)
+	defer stopReload()
+
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP API: %w", err)
@@ -138,6 +156,7 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 
 	cc := cfg.ClusterConfig(dataDir, inv, version, logger)
 	cc.HTTPAddr = advertisedHTTPAddr(cfg, httpAddr)
+	cc.TLS = tlsStore
 	node, err := cluster.New(cc)
 	if err != nil {
 		return err
@@ -157,12 +176,12 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(httpsListener(ln, tlsStore, cfg)) }()
 
 	self := node.Self()
 	log.Info("agent started", "node", self.ID, "role", roleOf(cfg), "version", version,
 		"gossip", self.GossipAddr, "rpc", self.RPCAddr, "raft", self.RaftAddr, "data_dir", dataDir)
-	log.Info("HTTP API listening", "address", httpAddr)
+	log.Info("HTTP API listening", "address", httpAddr, "https", tlsStore != nil)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup
