@@ -114,6 +114,13 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 	logger := cfg.Logger(logOut)
 	log := logger.Named("agent")
 
+	tlsStore, err := cfg.LoadTLS()
+	if err != nil {
+		return err
+	}
+	stopReload := reloadOnHUP(ctx, tlsStore, log)
+	defer stopReload()
+
 	dataDir := cfg.DataDir
 	if cfg.Dev && dataDir == "" {
 		dir, err := os.MkdirTemp("", "dmsc-dev-")
@@ -139,13 +146,6 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		}
 		log.Info("device inventory", "host", host.ID, "devices", describeInventory(devices))
 	}
-
-	tlsStore, err := cfg.LoadTLS()
-	if err != nil {
-		return err
-	}
-	stopReload := reloadOnHUP(ctx, tlsStore, log)
-	defer stopReload()
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
