@@ -154,6 +154,18 @@ func TestTLSCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a host forwards a client's writes, never a registration", func(t *testing.T) {
+		host := tc.lc.Node("h2")
+		mustApply(t, host, gpuRequest(80))
+		_, err := host.Apply(ctxT(t, 10*time.Second), staticHost("h7", gpu("h7-gpu0", 80)))
+		if !errors.Is(err, transport.ErrForbidden) {
+			t.Fatalf("a registration through a host: %v, want forbidden", err)
+		}
+		if _, _, ok := hostView(t, leader, "h7"); ok {
+			t.Fatal("h7 was registered through a host")
+		}
+	})
+
 	t.Run("the RPC applies nothing for plain HTTP, hosts or clients", func(t *testing.T) {
 		waitSame(t, servers...)
 		before := modifiedIndexes(servers)
