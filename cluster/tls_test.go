@@ -310,3 +310,32 @@ func (s *dialStream) Addr() net.Addr            { return &net.TCPAddr{IP: net.IP
 func (s *dialStream) Dial(a raft.ServerAddress, d time.Duration) (net.Conn, error) {
 	return s.dial(string(a), d)
 }
+
+// With incoming connections and server names not verified (a rollout),
+// the ports still speak TLS only, and the cluster works.
+func TestTLSWithoutVerification(t *testing.T) {
+	pki := newTestPKI(t)
+	tc := newTestCluster(t, func(c *Config) {
+		pki.configure(c)
+		c.TLSSkipVerifyIncoming = true
+		c.TLSSkipVerifyServerHostname = true
+	})
+	servers := tc.servers(3)
+	leader := tc.waitLeader(servers...)
+	follower := followers(leader, servers...)[0]
+	mustApply(t, follower, staticHost("hs", gpu("g1", 40)))
+	waitSame(t, servers...)
+	if err := forgeEntry(follower, func(addr string, d time.Duration) (net.Conn, error) {
+		return net.DialTimeout("tcp", addr, d)
+	}, "evil"); err == nil {
+		t.Fatal("a plain TCP connection on the Raft port took an entry")
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + leader.Self().RPCAddr + transport.RPCStatusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("plain HTTP on the RPC port: %d", resp.StatusCode)
+	}
+}
