@@ -12,8 +12,14 @@ import (
 )
 
 // ErrForbidden answers a call whose caller's certificate does not allow
-// it (see rpcAccess). Nothing of the call was carried out.
+// it (see rpcAccess). Nothing of the call was carried out. Compare with
+// errors.Is: the answers are instances that say why.
 var ErrForbidden = &fsm.Error{Code: wire.CodeForbidden, Message: "forbidden"}
+
+// forbidden makes an instance of ErrForbidden that says why.
+func forbidden(format string, args ...any) *fsm.Error {
+	return &fsm.Error{Code: ErrForbidden.Code, Message: ErrForbidden.Message + ": " + fmt.Sprintf(format, args...)}
+}
 
 // rpcAccess says, for each route of the node RPC, which roles may call it
 // when the server authorizes calls (RPCServerOptions.Authorize): the one
@@ -56,22 +62,22 @@ var hostCommands = map[fsm.CommandType]bool{
 // authorize checks that the caller of r may call its route: by the
 // identity its verified certificate proves (the TLS layer has checked the
 // chain against the cluster's CA).
-func authorize(r *http.Request) (certs.Identity, error) {
+func authorize(r *http.Request) (certs.Identity, *fsm.Error) {
 	id, ok := certs.PeerIdentity(r.TLS)
 	if !ok {
-		return id, fmt.Errorf("%w: %s needs a certificate of the cluster's CA that names a role", ErrForbidden, r.URL.Path)
+		return id, forbidden("%s needs a certificate of the cluster's CA that names a role", r.URL.Path)
 	}
 	for _, role := range rpcAccess[r.URL.Path] {
 		if role == id.Role {
 			return id, nil
 		}
 	}
-	return id, fmt.Errorf("%w: %s may not call %s", ErrForbidden, describeCaller(id), r.URL.Path)
+	return id, forbidden("%s may not call %s", describeCaller(id), r.URL.Path)
 }
 
 // authorizeCommand checks that the caller may have an encoded command
 // applied: any command from a server, those of hostCommands from a host.
-func authorizeCommand(id certs.Identity, command []byte) error {
+func authorizeCommand(id certs.Identity, command []byte) *fsm.Error {
 	if id.Role == certs.Server {
 		return nil
 	}
@@ -82,7 +88,7 @@ func authorizeCommand(id certs.Identity, command []byte) error {
 	if len(command) > 0 {
 		what = fmt.Sprintf("command type %d", command[0])
 	}
-	return fmt.Errorf("%w: %s may not forward %s", ErrForbidden, describeCaller(id), what)
+	return forbidden("%s may not forward %s", describeCaller(id), what)
 }
 
 func describeCaller(id certs.Identity) string {
@@ -98,7 +104,7 @@ func withAuthorization(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := authorize(r)
 		if err != nil {
-			writeJSON(w, http.StatusForbidden, rpcError{Error: &fsm.Error{Code: ErrForbidden.Code, Message: err.Error()}})
+			writeJSON(w, http.StatusForbidden, rpcError{Error: err})
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, id)))

@@ -173,6 +173,13 @@ func TestHostForwardsOnlyAPIWrites(t *testing.T) {
 	if _, err := host.Apply(ctx, addr, ApplyRequest{}); !errors.Is(err, ErrForbidden) {
 		t.Errorf("an empty command from a host: %v", err)
 	}
+	tick, _ := fsm.Encode(&fsm.Tick{})
+	if _, err := host.Apply(ctx, addr, ApplyRequest{Command: tick}); err == nil || !strings.Contains(err.Error(), `host "h1" may not forward command type 11`) {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
+	if _, err := host.ReadIndex(ctx, addr); err == nil || !strings.Contains(err.Error(), `host "h1" may not call /rpc/v1/read-index`) {
+		t.Errorf("the refusal does not say why: %v", err)
+	}
 }
 
 // TestTLSRPCRefusesPlainAndStrangers checks that a plain HTTP request
