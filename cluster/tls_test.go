@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -337,5 +340,60 @@ func TestTLSWithoutVerification(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("plain HTTP on the RPC port: %d", resp.StatusCode)
+	}
+}
+
+// A node dials only servers that prove it (verify_server_hostname), by
+// name where it knows it; over the node RPC and Raft alike.
+func TestTLSDialsOnlyServers(t *testing.T) {
+	pki := newTestPKI(t)
+	listen := func(role certs.Role, node string) string {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`{"id":"` + node + `","server":true}`))
+		}))
+		srv.TLS = pki.store(role, node).ServerConfig(false)
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "https://")
+	}
+	s2, h1 := listen(certs.Server, "s2"), listen(certs.Host, "h1")
+	node := func(skip bool) *Node {
+		n, err := New(Config{NodeID: "s1", Server: true, TLS: pki.store(certs.Server, "s1"), TLSSkipVerifyServerHostname: skip})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.rpc.Close)
+		return n
+	}
+	ctx := ctxT(t, 10*time.Second)
+	for _, tc := range []struct {
+		name     string
+		skip     bool
+		addr, to string // to: the server's name when known
+		ok       bool
+	}{
+		{"a server", false, s2, "", true},
+		{"the server named", false, s2, "s2", true},
+		{"another server than the one named", false, s2, "s3", false},
+		{"a host taken for a server", false, h1, "", false},
+		{"a host, names not verified", true, h1, "", true},
+		{"another server, names not verified", true, s2, "s3", true},
+	} {
+		n := node(tc.skip)
+		_, err := n.rpc.Status(n.toServer(ctx, tc.to), tc.addr)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, certs.ErrCert)) {
+			t.Errorf("RPC to %s: %v", tc.name, err)
+		}
+		if tc.to != "" {
+			continue // Raft dials by address: it checks the role only
+		}
+		conn, err := dialTLS(tc.addr, 2*time.Second, n.raftTLS().dial)
+		if err == nil {
+			conn.Close()
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("Raft to %s: %v", tc.name, err)
+		}
 	}
 }
