@@ -63,6 +63,7 @@ var statusOfCode = map[string]int{
 	fsm.ErrUnknownCommand.Code: http.StatusInternalServerError,
 	cluster.ErrConfig.Code:     http.StatusInternalServerError,
 	wire.CodeInternal:          http.StatusInternalServerError,
+	wire.CodeForbidden:         http.StatusForbidden,
 }
 
 // errorBody turns any error into its status and JSON body.

@@ -65,8 +65,9 @@ const maxErrorBody = 1 << 20
 // Config configures a Client. Zero values take the defaults.
 type Config struct {
 	// Addresses are the nodes' HTTP API addresses: "http://10.0.0.11:4646",
-	// "10.0.0.11:4646" (http is assumed) or "https://...". Empty takes
-	// $DMSC_ADDR (comma-separated), else DefaultAddress.
+	// "10.0.0.11:4646" (http is assumed, https with TLS) or "https://...".
+	// Empty takes $DMSC_ADDR (comma-separated), else DefaultAddress (its
+	// https form with TLS).
 	Addresses []string
 	// Token is sent as "Authorization: Bearer <token>"; empty takes
 	// $DMSC_TOKEN.
@@ -78,6 +79,11 @@ type Config struct {
 	// HTTPClient sends the requests; nil uses a client of its own. Its own
 	// Timeout, if set, applies to every attempt (blocking queries too).
 	HTTPClient *http.Client
+	// TLS secures connections to https:// addresses (tls.go); nil takes
+	// $DMSC_CACERT, $DMSC_CLIENT_CERT, $DMSC_CLIENT_KEY and
+	// $DMSC_TLS_SERVER_NAME when set. It configures the client's own
+	// HTTP client: with HTTPClient set, configure that one instead.
+	TLS *TLSConfig
 	// Logger receives a debug line for every retry. Optional.
 	Logger hclog.Logger
 	// MaxRetries is how many times a failed request is sent again (to the
@@ -104,12 +110,22 @@ type Client struct {
 
 // New returns a client for the nodes of cfg.
 func New(cfg Config) (*Client, error) {
+	tlsCfg := cfg.TLS
+	if tlsCfg == nil && cfg.HTTPClient == nil {
+		tlsCfg = tlsFromEnv()
+	}
+	if tlsCfg != nil && cfg.HTTPClient != nil {
+		return nil, fmt.Errorf("dmsc client: TLS and HTTPClient both set; configure TLS on the HTTPClient's transport")
+	}
 	addrs := cfg.Addresses
 	if len(addrs) == 0 {
 		if env := os.Getenv(AddressEnv); env != "" {
 			addrs = strings.Split(env, ",")
 		} else {
 			addrs = []string{DefaultAddress}
+			if tlsCfg != nil {
+				addrs = []string{"https://" + strings.TrimPrefix(DefaultAddress, "http://")}
+			}
 		}
 	}
 	c := &Client{cfg: cfg}
@@ -117,6 +133,9 @@ func New(cfg Config) (*Client, error) {
 		a = strings.TrimSpace(a)
 		if a == "" {
 			continue
+		}
+		if tlsCfg != nil && !strings.Contains(a, "://") {
+			a = "https://" + a
 		}
 		norm, err := NormalizeAddress(a)
 		if err != nil {
@@ -149,6 +168,13 @@ func New(cfg Config) (*Client, error) {
 		// A dead node's address may swallow connection attempts: give up on
 		// it quickly and try the next node.
 		tr.DialContext = (&net.Dialer{Timeout: DefaultDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		if tlsCfg != nil {
+			tc, err := tlsCfg.TLSClientConfig()
+			if err != nil {
+				return nil, err
+			}
+			tr.TLSClientConfig = tc
+		}
 		c.http = &http.Client{Transport: tr}
 	}
 	c.log = cfg.Logger

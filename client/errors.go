@@ -75,6 +75,9 @@ var (
 	ErrBadSnapshot = sentinel(wire.CodeBadSnapshot, "snapshot cannot be restored")
 	// ErrTooLarge: the request body is over the route's cap.
 	ErrTooLarge = sentinel(wire.CodeBodyTooLarge, "request body too large")
+	// ErrForbidden: the caller may not do this (with TLS on, a write
+	// that only a server's API takes, sent to a host's).
+	ErrForbidden = sentinel(wire.CodeForbidden, "forbidden")
 	// ErrMethodNotAllowed: the path exists with other methods.
 	ErrMethodNotAllowed = sentinel(wire.CodeMethodNotAllowed, "method not allowed")
 	// ErrOverloaded: the node has too many requests in flight. Retryable.

@@ -14,7 +14,7 @@ import (
 // learners do: a live server gossip shows that is not in the Raft
 // configuration is first asked over the node RPC who it is and how far
 // it has caught up (with TLS on, only a peer with a server certificate
-// for its name answers), then added as a non-voter. It is made a voter
+// for its name is heard), then added as a non-voter. It is made a voter
 // once it has stayed healthy (answering, in the leader's term, within
 // MaxTrailingLogs of the leader's log) for ServerStabilization. A server
 // an operator removed (RemovePeer) is recorded in the replicated state
@@ -91,7 +91,7 @@ func (n *Node) reconcileServers(ctx context.Context, list []memberInfo, byID map
 func (n *Node) serverHealth(ctx context.Context, m memberInfo) bool {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	st, err := n.rpc.Status(sctx, m.meta.RPC)
+	st, err := n.rpc.Status(n.toServer(sctx, m.id), m.meta.RPC)
 	if err != nil {
 		n.log.Debug("server status failed", "id", m.id, "error", err)
 		return false
@@ -103,7 +103,7 @@ func (n *Node) serverHealth(ctx context.Context, m memberInfo) bool {
 // admit adds a new server as a non-voter, once it answers as a server.
 func (n *Node) admit(ctx context.Context, m memberInfo) {
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	st, err := n.rpc.Status(sctx, m.meta.RPC)
+	st, err := n.rpc.Status(n.toServer(sctx, m.id), m.meta.RPC)
 	cancel()
 	if err != nil || !st.Server || st.ID != m.id {
 		n.log.Warn("not admitting server: it did not answer as that server", "id", m.id, "error", err)

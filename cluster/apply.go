@@ -102,7 +102,7 @@ func (n *Node) applyOnce(ctx context.Context, cmd fsm.Command) (res fsm.Result, 
 	}
 	fctx, cancel := n.forwardCtx(ctx, leaderID)
 	defer cancel()
-	resp, err := n.rpc.Apply(fctx, target, transport.ApplyRequest{Command: data, LeaderOnly: n.raft != nil})
+	resp, err := n.rpc.Apply(n.toServer(fctx, leaderID), target, transport.ApplyRequest{Command: data, LeaderOnly: n.raft != nil})
 	if err != nil {
 		if errors.Is(err, transport.ErrUnreachable) {
 			if ctx.Err() != nil {
@@ -256,7 +256,7 @@ func (n *Node) removePeerOnce(ctx context.Context, id string) error {
 	if !ok || l.RPCAddr == "" || l.ID == n.cfg.NodeID {
 		return clusterErr(ErrNoLeader, "no leader known")
 	}
-	err := n.rpc.RemovePeer(ctx, l.RPCAddr, id)
+	err := n.rpc.RemovePeer(n.toServer(ctx, l.ID), l.RPCAddr, id)
 	if errors.Is(err, transport.ErrUnreachable) {
 		return clusterErr(ErrNoLeader, err.Error())
 	}

@@ -10,6 +10,7 @@ import (
 	sockaddr "github.com/hashicorp/go-sockaddr"
 
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/certs"
 )
 
 // Default ports. The HTTP API (not part of this package) uses 4646.
@@ -131,6 +132,22 @@ type Config struct {
 	Inventory InventoryFunc
 	// InventoryInterval is how often Inventory is re-read to notice changes.
 	InventoryInterval time.Duration
+
+	// TLS, when set, secures Raft and the node RPC with the cluster's
+	// certificates (see DESIGN.md, "TLS"): both ports speak TLS only,
+	// with mutual TLS, and every RPC call is authorized by the role in
+	// its caller's certificate; the leader fetches a host's inventory
+	// only from the node whose certificate names that host. Nil: plain
+	// TCP and HTTP (dev mode, tests), for a private network only.
+	TLS *certs.Store
+	// TLSSkipVerifyIncoming (verify_incoming = false) accepts Raft and
+	// RPC connections without a client certificate and authorizes
+	// nothing: only for rolling TLS out over a running cluster.
+	TLSSkipVerifyIncoming bool
+	// TLSSkipVerifyServerHostname (verify_server_hostname = false)
+	// accepts any certificate of the CA from the servers this node dials,
+	// not only a server's one (with its node name where known).
+	TLSSkipVerifyServerHostname bool
 
 	// Version is advertised in gossip.
 	Version string

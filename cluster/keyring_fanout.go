@@ -252,6 +252,12 @@ func (n *Node) keyringAsk(ctx context.Context, m memberInfo, op KeyringOp, key s
 	}
 	cctx, cancel := context.WithTimeout(ctx, n.cfg.RPCTimeout)
 	defer cancel()
+	// Only the member itself may answer for its keyring.
+	if m.meta.server() {
+		cctx = n.toServer(cctx, m.id)
+	} else {
+		cctx = toHost(cctx, m)
+	}
 	resp, err := n.rpc.Keyring(cctx, m.meta.RPC, transport.KeyringRequest{Op: string(op), Key: key})
 	a.keys, a.err = resp.Keys, err
 	return a

@@ -283,7 +283,7 @@ func (n *Node) reconcileHosts(ctx context.Context, list []memberInfo, byID map[s
 // it returns the hash of the inventory registered.
 func (n *Node) registerHost(ctx context.Context, m memberInfo) (string, error) {
 	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	inv, err := n.rpc.Inventory(fctx, m.meta.RPC)
+	inv, err := n.rpc.Inventory(toHost(fctx, m), m.meta.RPC)
 	cancel()
 	if err != nil {
 		return "", err
@@ -374,7 +374,7 @@ func (n *Node) peersHaveState(peers []memberInfo) peerState {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.baseCtx, 2*time.Second)
-		st, err := n.rpc.Status(ctx, p.meta.RPC)
+		st, err := n.rpc.Status(n.toServer(ctx, p.id), p.meta.RPC)
 		cancel()
 		if err != nil {
 			return stateUnknown

@@ -94,9 +94,9 @@ func New(cfg Config) (*Node, error) {
 		log:        cfg.Logger.Named("cluster"),
 		shutdownCh: make(chan struct{}),
 		members:    newMembers(),
-		rpc:        transport.NewRPCClient(nil),
 	}
 	n.baseCtx, n.cancelBase = context.WithCancel(context.Background())
+	n.rpc = n.newRPCClient()
 	return n, nil
 }
 
@@ -136,7 +136,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	n.rpcSrv = transport.ServeRPC(n.baseCtx, rpcLn, n, n.log.Named("rpc"))
+	n.rpcSrv = transport.ServeRPCWith(n.baseCtx, rpcLn, n, n.log.Named("rpc"), n.rpcServerOptions())
 	if err := n.startGossip(); err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (n *Node) startRaft() error {
 	adv := &net.TCPAddr{IP: net.ParseIP(n.cfg.AdvertiseAddr), Port: ln.Addr().(*net.TCPAddr).Port}
 	n.raftAddr = adv.String()
 	n.raftTrans = newCommitBoundTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  newRaftStream(ln, adv),
+		Stream:  newRaftStream(ln, adv, n.raftTLS()),
 		MaxPool: 3,
 		Timeout: raftIOTimeout,
 		Logger:  n.log.Named("raft-net"),

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -78,20 +79,22 @@ func (n *Node) raftConfig() *raft.Config {
 	return c
 }
 
-// raftStream is the Raft transport's stream layer: plain TCP on the Raft
-// port. It remembers the connections it accepted so that closing it ends
-// them (the raft library leaves inbound connections to the peer).
+// raftStream is the Raft transport's stream layer: TCP on the Raft port,
+// with TLS when tls is set (tls.go). It remembers the connections it
+// accepted so that closing it ends them (the raft library leaves inbound
+// connections to the peer).
 type raftStream struct {
 	ln  net.Listener
 	adv net.Addr
+	tls *raftTLS // nil: plain TCP
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
 }
 
-func newRaftStream(ln net.Listener, adv net.Addr) *raftStream {
-	return &raftStream{ln: ln, adv: adv, conns: map[net.Conn]struct{}{}}
+func newRaftStream(ln net.Listener, adv net.Addr, t *raftTLS) *raftStream {
+	return &raftStream{ln: ln, adv: adv, tls: t, conns: map[net.Conn]struct{}{}}
 }
 
 func (s *raftStream) Accept() (net.Conn, error) {
@@ -105,7 +108,10 @@ func (s *raftStream) Accept() (net.Conn, error) {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	tc := &trackedConn{Conn: c, s: s}
+	tc := &trackedConn{Conn: c, raw: c, s: s}
+	if s.tls != nil {
+		tc.Conn = &tlsServerConn{Conn: tls.Server(c, s.tls.accept)}
+	}
 	s.conns[tc] = struct{}{}
 	return tc, nil
 }
@@ -117,7 +123,7 @@ func (s *raftStream) Close() error {
 	s.conns = map[net.Conn]struct{}{}
 	s.mu.Unlock()
 	for c := range conns {
-		c.(*trackedConn).Conn.Close()
+		c.(*trackedConn).raw.Close()
 	}
 	return s.ln.Close()
 }
@@ -125,12 +131,18 @@ func (s *raftStream) Close() error {
 func (s *raftStream) Addr() net.Addr { return s.adv }
 
 func (s *raftStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.tls != nil {
+		return dialTLS(string(address), timeout, s.tls.dial)
+	}
 	d := net.Dialer{Timeout: timeout}
 	return d.Dial("tcp", string(address))
 }
 
+// trackedConn is an accepted connection (over TLS or not); raw is its
+// TCP connection, closed at once when the stream closes.
 type trackedConn struct {
 	net.Conn
+	raw  net.Conn
 	s    *raftStream
 	once sync.Once
 }

@@ -20,7 +20,7 @@ func TestAppendEntriesCommitIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: newRaftStream(ln, ln.Addr()), MaxPool: 2, Timeout: time.Second, Logger: hclog.NewNullLogger(),
+			Stream: newRaftStream(ln, ln.Addr(), nil), MaxPool: 2, Timeout: time.Second, Logger: hclog.NewNullLogger(),
 		})
 	}
 	sender := newTrans()

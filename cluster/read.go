@@ -110,7 +110,7 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 	}
 	fctx, cancel := n.forwardCtx(ctx, l.ID)
 	defer cancel()
-	idx, err := n.rpc.ReadIndex(fctx, l.RPCAddr)
+	idx, err := n.rpc.ReadIndex(n.toServer(fctx, l.ID), l.RPCAddr)
 	if errors.Is(err, transport.ErrUnreachable) {
 		return 0, clusterErr(ErrNoLeader, err.Error())
 	}

@@ -54,7 +54,7 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 		if n.IsLeader() {
 			err = n.restoreLocal(ctx, body)
 		} else if l, ok := n.Leader(); ok && l.RPCAddr != "" && l.ID != n.cfg.NodeID {
-			err = n.rpc.Restore(ctx, l.RPCAddr, bytes.NewReader(body))
+			err = n.rpc.Restore(n.toServer(ctx, l.ID), l.RPCAddr, bytes.NewReader(body))
 		} else {
 			err = clusterErr(ErrNoLeader, "no leader known")
 		}

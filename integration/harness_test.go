@@ -105,6 +105,11 @@ type Options struct {
 	HostArgs   []string
 	// Devices is the inventory of a host (default DefaultDevices).
 	Devices func(host string) inventory.File
+	// TLS gives the cluster a CA and every process a certificate of its
+	// role and name (Cluster.PKI, pki_test.go): Raft and the node RPC
+	// take only mutual TLS, the API serves HTTPS, and the harness talks
+	// to it with a client certificate.
+	TLS bool
 }
 
 // serverFlags tune every server for a LAN on one machine: Raft at the
@@ -157,7 +162,9 @@ type Cluster struct {
 	// cut-off node does not hold it (default 10 s, above the servers'
 	// own 5 s hold for a leader).
 	AttemptTimeout time.Duration
-	http           *http.Client
+	// PKI is the cluster's CA and certificates with Options.TLS, else nil.
+	PKI  *PKI
+	http *http.Client
 }
 
 // NewCluster prepares the processes (ports, data directories, devices
@@ -182,6 +189,13 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	for i := range max(opts.Hosts, 0) {
 		c.Hosts = append(c.Hosts, newProcess(t, fmt.Sprintf("h%d", i+1), false, logRoot))
 	}
+	if opts.TLS {
+		c.PKI = NewPKI(t)
+		c.http = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8, TLSClientConfig: c.PKI.ClientTLS()}}
+		for _, p := range c.All() {
+			p.tlsArgs = c.PKI.AgentArgs(p.Name, p.Server)
+		}
+	}
 	var join []string
 	for _, s := range c.Servers {
 		join = append(join, s.GossipAddr)
@@ -196,7 +210,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 		}
 		s.args = append(s.commonArgs(), "-server", "-bootstrap-expect", strconv.Itoa(opts.Servers),
 			"-data-dir", s.DataDir, "-join", strings.Join(others, ","))
-		s.args = append(append(s.args, serverFlags...), opts.ServerArgs...)
+		s.args = append(append(append(s.args, serverFlags...), s.tlsArgs...), opts.ServerArgs...)
 	}
 	for _, h := range c.Hosts {
 		devices := filepath.Join(dataRoot, h.Name+"-devices.json")
@@ -208,7 +222,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 			t.Fatal(err)
 		}
 		h.args = append(h.commonArgs(), "-host", "-devices", devices, "-join", strings.Join(join, ","))
-		h.args = append(append(h.args, hostFlags...), opts.HostArgs...)
+		h.args = append(append(append(h.args, hostFlags...), h.tlsArgs...), opts.HostArgs...)
 	}
 	t.Cleanup(c.close)
 	return c
@@ -499,6 +513,8 @@ type Process struct {
 
 	t    testing.TB
 	args []string
+	// tlsArgs are the agent's TLS flags (Options.TLS); its API is HTTPS.
+	tlsArgs []string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -534,8 +550,13 @@ func (p *Process) commonArgs() []string {
 	return args
 }
 
-// URL is the HTTP API URL of path on this process.
-func (p *Process) URL(path string) string { return "http://" + p.HTTPAddr + path }
+// URL is the HTTP API URL of path on this process (https with TLS).
+func (p *Process) URL(path string) string {
+	if len(p.tlsArgs) > 0 {
+		return "https://" + p.HTTPAddr + path
+	}
+	return "http://" + p.HTTPAddr + path
+}
 
 // Start runs the process (again). Output is appended to LogPath after a
 // line that marks the start.

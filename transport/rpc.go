@@ -2,13 +2,16 @@
 // server and client, JSON over HTTP/1.1 on a port of its own. Through it a
 // node forwards writes to the leader, asks the leader for a read index,
 // and fetches a host's inventory and a server's status, and an operator's
-// remove-peer and snapshot restore reach the leader. Raft's own traffic
-// does not pass here: package cluster gives it a port and a stream layer.
+// remove-peer and snapshot restore reach the leader. With TLS on it
+// speaks mutual TLS and authorizes every call by the role in the caller's
+// certificate (rpc_auth.go). Raft's own traffic does not pass here:
+// package cluster gives it a port and a stream layer.
 package transport
 
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -133,6 +136,12 @@ type rpcError struct {
 
 // NewRPCHandler returns the HTTP handler of the node RPC.
 func NewRPCHandler(h RPCHandler, logger hclog.Logger) http.Handler {
+	return newRPCHandler(h, logger, false)
+}
+
+// newRPCHandler is NewRPCHandler, checking every call against the
+// access table (rpc_auth.go) when authorize is set.
+func newRPCHandler(h RPCHandler, logger hclog.Logger, authorize bool) http.Handler {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -145,6 +154,9 @@ func NewRPCHandler(h RPCHandler, logger hclog.Logger) http.Handler {
 	mux.HandleFunc("POST "+RPCRemovePeerPath, s.removePeer)
 	mux.HandleFunc("POST "+RPCRestorePath, s.restore)
 	mux.HandleFunc("POST "+RPCKeyringPath, s.keyring) // server-only
+	if authorize {
+		return withAuthorization(mux)
+	}
 	return mux
 }
 
@@ -157,6 +169,12 @@ func (s *rpcServer) apply(w http.ResponseWriter, r *http.Request) {
 	var req ApplyRequest
 	if !decodeBody(w, r, &req) {
 		return
+	}
+	if id, ok := callerOf(r.Context()); ok {
+		if err := authorizeCommand(id, req.Command); err != nil {
+			s.reply(w, nil, err)
+			return
+		}
 	}
 	resp, err := s.h.RPCApply(r.Context(), req)
 	s.reply(w, resp, err)
@@ -221,6 +239,8 @@ func rpcStatus(code string) int {
 		return http.StatusBadRequest
 	case fsm.ErrNotFound.Code:
 		return http.StatusNotFound
+	case ErrForbidden.Code:
+		return http.StatusForbidden
 	case "internal":
 		return http.StatusInternalServerError
 	}
@@ -244,12 +264,33 @@ type RPCServer struct {
 // ServeRPC starts serving h on ln in the background. Every request's
 // context derives from base, so ending base ends the calls in flight.
 func ServeRPC(base context.Context, ln net.Listener, h RPCHandler, logger hclog.Logger) *RPCServer {
+	return ServeRPCWith(base, ln, h, logger, RPCServerOptions{})
+}
+
+// RPCServerOptions secure the node RPC. The zero value serves plain HTTP
+// to anyone who reaches the port.
+type RPCServerOptions struct {
+	// TLS, when set, serves TLS only with it (certs.Store.ServerConfig):
+	// a plain HTTP request gets a 400 and reaches no route.
+	TLS *tls.Config
+	// Authorize checks every call against the access table (rpc_auth.go)
+	// by the role the caller's verified certificate proves, and answers
+	// 403 forbidden to the others. It needs TLS that requires client
+	// certificates.
+	Authorize bool
+}
+
+// ServeRPCWith is ServeRPC with the options.
+func ServeRPCWith(base context.Context, ln net.Listener, h RPCHandler, logger hclog.Logger, opts RPCServerOptions) *RPCServer {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	if opts.TLS != nil {
+		ln = tls.NewListener(ln, opts.TLS)
+	}
 	s := &RPCServer{
 		srv: &http.Server{
-			Handler:           NewRPCHandler(h, logger),
+			Handler:           newRPCHandler(h, logger, opts.Authorize),
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       90 * time.Second,
 			ErrorLog:          logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),

@@ -9,9 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/certs"
 )
 
 // ErrUnreachable wraps a failure to get an answer from a node: refused,
@@ -25,8 +27,15 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // RPCClient calls the node RPC of other nodes. Calls are bounded by their
 // context only.
 type RPCClient struct {
-	tr *http.Transport
-	c  *http.Client
+	dial DialFunc
+	tls  *ClientTLS // nil: plain HTTP
+
+	// A connection is checked once, at its handshake, against what its
+	// peer must prove; so connections are pooled apart by that identity
+	// (one pool in plain HTTP), and a call never rides on a connection
+	// whose peer proved something else.
+	mu    sync.Mutex
+	pools map[certs.Identity]*http.Client
 }
 
 // NewRPCClient returns a client; dial may be nil for plain TCP with a
@@ -36,17 +45,51 @@ func NewRPCClient(dial DialFunc) *RPCClient {
 		d := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
 		dial = d.DialContext
 	}
+	return &RPCClient{dial: dial, pools: map[certs.Identity]*http.Client{}}
+}
+
+// NewTLSRPCClient returns a client that speaks TLS with t: each call's
+// peer must prove the identity the call's context names (WithPeer), else
+// t.Default. dial may be nil as for NewRPCClient.
+func NewTLSRPCClient(dial DialFunc, t ClientTLS) *RPCClient {
+	c := NewRPCClient(dial)
+	c.tls = &t
+	return c
+}
+
+// pool returns the HTTP client for calls whose peer must prove want.
+func (c *RPCClient) pool(want certs.Identity) *http.Client {
+	if c.tls == nil {
+		want = certs.Identity{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hc, ok := c.pools[want]; ok {
+		return hc
+	}
 	tr := &http.Transport{
-		DialContext:         dial,
+		DialContext:         c.dial,
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true,
 	}
-	return &RPCClient{tr: tr, c: &http.Client{Transport: tr}}
+	if c.tls != nil {
+		tr.TLSClientConfig = c.tls.Config(want)
+		tr.TLSHandshakeTimeout = 5 * time.Second
+	}
+	hc := &http.Client{Transport: tr}
+	c.pools[want] = hc
+	return hc
 }
 
 // Close drops idle connections; calls in flight are not interrupted.
-func (c *RPCClient) Close() { c.tr.CloseIdleConnections() }
+func (c *RPCClient) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, hc := range c.pools {
+		hc.Transport.(*http.Transport).CloseIdleConnections()
+	}
+}
 
 // Apply forwards an encoded command to the node at addr (its RPC address).
 func (c *RPCClient) Apply(ctx context.Context, addr string, req ApplyRequest) (ApplyResponse, error) {
@@ -62,7 +105,8 @@ func (c *RPCClient) ReadIndex(ctx context.Context, addr string) (uint64, error) 
 	return resp.Index, err
 }
 
-// Inventory asks a host for its inventory.
+// Inventory asks a host for its inventory. With TLS, name the host the
+// answer must come from with WithPeer.
 func (c *RPCClient) Inventory(ctx context.Context, addr string) (InventoryResponse, error) {
 	var resp InventoryResponse
 	err := c.call(ctx, http.MethodGet, addr, RPCInventoryPath, nil, nil, &resp)
@@ -101,14 +145,18 @@ func (c *RPCClient) call(ctx context.Context, method, addr, path string, in any,
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
+	scheme, want := "http://", certs.Identity{}
+	if c.tls != nil {
+		scheme, want = "https://", peerOf(ctx, c.tls.Default)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+addr+path, body)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrUnreachable, addr, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.c.Do(req)
+	resp, err := c.pool(want).Do(req)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
 	}

@@ -66,6 +66,9 @@ const (
 	CodeTimeout = "timeout"
 	// CodeInternal: a bug on the server.
 	CodeInternal = "internal"
+	// CodeForbidden: the caller is known but may not do this (a node
+	// whose certificate's role does not allow the call).
+	CodeForbidden = "forbidden"
 )
 
 // RetryableCode reports whether an error with this code may succeed if

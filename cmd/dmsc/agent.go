@@ -44,7 +44,8 @@ func (c *agentCommand) Help() string {
 	return strings.TrimSpace(`
 Usage: dmsc agent [options]
 
-  Runs a dmsc agent until it receives SIGINT or SIGTERM.
+  Runs a dmsc agent until it receives SIGINT or SIGTERM. SIGHUP reloads
+  its TLS certificate files.
 
   Try dmsc on one machine (a one-node cluster with sample GPUs, storage
   removed on exit):
@@ -61,6 +62,16 @@ Usage: dmsc agent [options]
 
       dmsc agent -host -join 10.0.0.11 -devices /etc/dmsc/devices.json
       dmsc agent -host -join 10.0.0.11 -discover nvidia,cpu,memory
+
+  With TLS, which every cluster outside one machine should have: make a
+  CA once, a certificate per server and host, and give each agent the
+  CA, its certificate and its key. Raft and the node RPC then take only
+  mutual TLS from the cluster's nodes, and the HTTP API serves HTTPS:
+
+      dmsc tls ca create
+      dmsc tls cert create -server -node s1 -ip 10.0.0.11
+      dmsc agent -server -node s1 ... -tls-ca-file dmsc-agent-ca.pem \
+                 -tls-cert-file server-s1.pem -tls-key-file server-s1-key.pem
 
   Gossip encryption: give every agent the same key, made by 'dmsc
   operator keygen', with -encrypt or DMSC_ENCRYPT (a flag shows in the
@@ -110,6 +121,13 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 	logger := cfg.Logger(logOut)
 	log := logger.Named("agent")
 
+	tlsStore, err := cfg.LoadTLS()
+	if err != nil {
+		return err
+	}
+	stopReload := reloadOnHUP(ctx, tlsStore, log)
+	defer stopReload()
+
 	dataDir := cfg.DataDir
 	if cfg.Dev && dataDir == "" {
 		dir, err := os.MkdirTemp("", "dmsc-dev-")
@@ -145,6 +163,7 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 
 	cc := cfg.ClusterConfig(dataDir, inv, version, logger)
 	cc.HTTPAddr = advertisedHTTPAddr(cfg, httpAddr)
+	cc.TLS = tlsStore
 	node, err := cluster.New(cc)
 	if err != nil {
 		return err
@@ -164,12 +183,12 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(httpsListener(ln, tlsStore, cfg)) }()
 
 	self := node.Self()
 	log.Info("agent started", "node", self.ID, "role", roleOf(cfg), "version", version,
 		"gossip", self.GossipAddr, "rpc", self.RPCAddr, "raft", self.RaftAddr, "data_dir", dataDir)
-	log.Info("HTTP API listening", "address", httpAddr)
+	log.Info("HTTP API listening", "address", httpAddr, "https", tlsStore != nil)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	var wg sync.WaitGroup

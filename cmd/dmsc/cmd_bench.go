@@ -197,7 +197,7 @@ func (c *benchCommand) Run(args []string) int {
 	if mr == 0 {
 		mr = -1 // the client's "send once"
 	}
-	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, MaxRetries: mr, Timeout: 10 * time.Second})
+	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, TLS: tlsOrNil(c.tls), MaxRetries: mr, Timeout: 10 * time.Second})
 	if err != nil {
 		c.ui.Error(err.Error())
 		return exitUsage

@@ -46,10 +46,25 @@ const apiOptionsHelp = `HTTP API options:
   -address=<addr>
       The HTTP API of the cluster: one node, or several separated by
       commas (reads are spread over them, writes follow the leader).
-      Default: $DMSC_ADDR, else http://127.0.0.1:4646.
+      Default: $DMSC_ADDR, else http://127.0.0.1:4646 (https:// with
+      a TLS option).
 
   -token=<token>
       Sent as a bearer token. Default: $DMSC_TOKEN.
+
+  -ca-cert=<file>
+      PEM file of the CA that signed the agents' certificates, to verify
+      an https:// address (dmsc-agent-ca.pem). Default: $DMSC_CACERT.
+      With any TLS option set, an address without a scheme is https.
+
+  -client-cert=<file>, -client-key=<file>
+      PEM files of a client certificate and its key (dmsc tls cert
+      create -client), for agents that require one. Default:
+      $DMSC_CLIENT_CERT, $DMSC_CLIENT_KEY.
+
+  -tls-server-name=<name>
+      The name the agents' certificates must carry instead of the
+      address dialed, e.g. server.dmsc. Default: $DMSC_TLS_SERVER_NAME.
 
   -json
       Print the API's JSON answer instead of a table. An error answer
@@ -62,6 +77,7 @@ type apiCommand struct {
 	address string
 	token   string
 	json    bool
+	tls     client.TLSConfig
 }
 
 // helpText assembles a subcommand's help: usage and description, its own
@@ -82,7 +98,25 @@ func (c *apiCommand) flags(name string) *flag.FlagSet {
 	fs.StringVar(&c.address, "address", os.Getenv(client.AddressEnv), "")
 	fs.StringVar(&c.token, "token", os.Getenv(client.TokenEnv), "")
 	fs.BoolVar(&c.json, "json", false, "")
+	tlsFlags(fs, &c.tls)
 	return fs
+}
+
+// tlsFlags adds the TLS flags of a command that talks to an agent, with
+// their environment defaults.
+func tlsFlags(fs *flag.FlagSet, t *client.TLSConfig) {
+	fs.StringVar(&t.CACert, "ca-cert", os.Getenv(client.CACertEnv), "")
+	fs.StringVar(&t.ClientCert, "client-cert", os.Getenv(client.ClientCertEnv), "")
+	fs.StringVar(&t.ClientKey, "client-key", os.Getenv(client.ClientKeyEnv), "")
+	fs.StringVar(&t.ServerName, "tls-server-name", os.Getenv(client.TLSServerNameEnv), "")
+}
+
+// tlsOrNil is t, or nil when no TLS option is set.
+func tlsOrNil(t client.TLSConfig) *client.TLSConfig {
+	if t == (client.TLSConfig{}) {
+		return nil
+	}
+	return &t
 }
 
 // parse parses args and checks the number of positional arguments;
@@ -131,7 +165,7 @@ func (c *apiCommand) usageError(name, format string, args ...any) int {
 func (c *apiCommand) client() (*client.Client, error) {
 	// A few quick retries ride out a leader election; a node that is not
 	// there fails the command within seconds.
-	return client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, MaxRetries: 5, RetryWaitMax: time.Second})
+	return client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, TLS: tlsOrNil(c.tls), MaxRetries: 5, RetryWaitMax: time.Second})
 }
 
 // context ends on Ctrl-C, so that a waiting request can be abandoned.

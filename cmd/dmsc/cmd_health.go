@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/client/wire"
 )
 
@@ -51,6 +52,11 @@ Usage: dmsc check-ready [options]
   127.0.0.1:4646. $DMSC_ADDR, the CLI's target, is ignored on purpose: a
   health check is about this agent, not the cluster.
 
+  An agent with TLS on serves HTTPS: with a TLS option below, or else
+  with the agent's own $DMSC_TLS_CA_FILE (then its $DMSC_TLS_CERT_FILE
+  and $DMSC_TLS_KEY_FILE are presented, for an agent that verifies HTTPS
+  clients), the probe speaks HTTPS to the local agent as 127.0.0.1.
+
 Options:
 
   -address URL
@@ -59,6 +65,9 @@ Options:
       Check /v1/health (the process serves HTTP) instead of /v1/ready.
   -timeout DURATION
       Give up after this long (default 3s).
+  -ca-cert FILE, -client-cert FILE, -client-key FILE, -tls-server-name NAME
+      TLS, as for every API subcommand. Default: $DMSC_CACERT,
+      $DMSC_CLIENT_CERT, $DMSC_CLIENT_KEY, $DMSC_TLS_SERVER_NAME.
 `)
 }
 
@@ -68,6 +77,8 @@ func (c *checkReadyCommand) Run(args []string) int {
 	address := fs.String("address", "", "")
 	live := fs.Bool("live", false, "")
 	timeout := fs.Duration("timeout", defaultCheckTimeout, "")
+	var tlsOpts client.TLSConfig
+	tlsFlags(fs, &tlsOpts)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			c.ui.Output(c.Help())
@@ -80,12 +91,30 @@ func (c *checkReadyCommand) Run(args []string) int {
 		c.ui.Error("dmsc check-ready takes no arguments")
 		return 1
 	}
+	if tlsOpts == (client.TLSConfig{}) {
+		tlsOpts = agentTLS(os.Getenv)
+	}
 	base := *address
 	if base == "" {
 		base = localAgentAddress(os.Getenv("DMSC_HTTP_ADDR"))
 	}
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		if tlsOpts != (client.TLSConfig{}) {
+			base = "https://" + base
+		} else {
+			base = "http://" + base
+		}
+	}
+	hc := http.DefaultClient
+	if tlsOpts != (client.TLSConfig{}) {
+		tc, err := tlsOpts.TLSClientConfig()
+		if err != nil {
+			c.ui.Error(fmt.Sprintf("not ready: %v", err))
+			return 1
+		}
+		tr := &http.Transport{TLSClientConfig: tc}
+		defer tr.CloseIdleConnections()
+		hc = &http.Client{Transport: tr}
 	}
 	path := "/v1/ready"
 	if *live {
@@ -93,7 +122,7 @@ func (c *checkReadyCommand) Run(args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	line, err := probeAgent(ctx, strings.TrimRight(base, "/")+path)
+	line, err := probeAgent(ctx, hc, strings.TrimRight(base, "/")+path)
 	if err != nil {
 		c.ui.Error(fmt.Sprintf("not ready: %v", err))
 		return 1
@@ -119,14 +148,25 @@ func localAgentAddress(listen string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// probeAgent GETs url and describes a 200 answer; anything else is an
-// error that says why.
-func probeAgent(ctx context.Context, url string) (string, error) {
+// agentTLS is the TLS of a probe of the local agent from the agent's own
+// settings: its CA, and its certificate as a client's (the zero value
+// when the agent's environment sets no CA).
+func agentTLS(getenv func(string) string) client.TLSConfig {
+	ca := getenv("DMSC_TLS_CA_FILE")
+	if ca == "" {
+		return client.TLSConfig{}
+	}
+	return client.TLSConfig{CACert: ca, ClientCert: getenv("DMSC_TLS_CERT_FILE"), ClientKey: getenv("DMSC_TLS_KEY_FILE")}
+}
+
+// probeAgent GETs url with hc and describes a 200 answer; anything else
+// is an error that says why.
+func probeAgent(ctx context.Context, hc *http.Client, url string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/cli"
+
+	"github.com/dmsc/dmsc/internal/certs"
 )
 
 func TestLocalAgentAddress(t *testing.T) {
@@ -65,5 +67,52 @@ func TestCheckReady(t *testing.T) {
 				t.Fatalf("output %q does not contain %q", all, tc.out)
 			}
 		})
+	}
+}
+
+func TestCheckReadyOverHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey, err := certs.WriteCA(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := certs.WriteCert(dir, ca, caKey, certs.Request{Role: certs.Server, Node: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := certs.Load(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"id":"s1","server":true,"state":"Leader","leader":"s1","known_leader":true,"commit_index":3,"applied_index":3,"term":2,"ready":true}`))
+	}))
+	srv.TLS = store.ServerConfig(true) // the agent's own certificate is presented as a client's
+	srv.StartTLS()
+	defer srv.Close()
+	hostPort := strings.TrimPrefix(srv.URL, "https://")
+
+	run := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		c := &checkReadyCommand{ui: &cli.BasicUi{Writer: &out, ErrorWriter: &errOut}}
+		return c.Run(args), out.String() + errOut.String()
+	}
+	// The agent's own settings make the probe speak HTTPS.
+	t.Setenv("DMSC_HTTP_ADDR", hostPort)
+	t.Setenv("DMSC_TLS_CA_FILE", ca)
+	t.Setenv("DMSC_TLS_CERT_FILE", files.Cert)
+	t.Setenv("DMSC_TLS_KEY_FILE", files.Key)
+	if code, out := run(); code != 0 || !strings.Contains(out, "ready: s1 Leader") {
+		t.Fatalf("with the agent's TLS settings: exit %d, %q", code, out)
+	}
+	// Without a client certificate the agent refuses the probe.
+	t.Setenv("DMSC_TLS_CERT_FILE", "")
+	t.Setenv("DMSC_TLS_KEY_FILE", "")
+	if code, out := run(); code != 1 {
+		t.Fatalf("without a client certificate: exit %d, %q", code, out)
+	}
+	// The CLI's flags win over the agent's settings.
+	if code, out := run("-address", hostPort, "-ca-cert", ca, "-client-cert", files.Cert, "-client-key", files.Key); code != 0 {
+		t.Fatalf("with flags: exit %d, %q", code, out)
 	}
 }

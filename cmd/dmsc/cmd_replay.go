@@ -490,7 +490,7 @@ func (c *replayCommand) announce(ctx context.Context, runner *replay.Runner, add
 	if !address {
 		return nil
 	}
-	cl, err := client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, Timeout: 10 * time.Second})
+	cl, err := client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, TLS: tlsOrNil(c.tls), Timeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,8 @@ var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, ready func() 
 			"dead_server_grace": cfg.DeadServerGrace.String(), "no_leader_hold": cfg.NoLeaderHold.String(),
 			"log_level": cfg.LogLevel, "enable_debug": cfg.EnableDebug,
 			"gossip_encrypt_key_set": cfg.Encrypt != "", "keyring_file": cfg.KeyringFile,
+			"tls": cfg.TLSEnabled(), "tls_verify_incoming": cfg.TLSVerifyIncoming,
+			"tls_verify_server_hostname": cfg.TLSVerifyServerHostname, "tls_verify_https_client": cfg.TLSVerifyHTTPSClient,
 		},
 		Ready:       ready,
 		EnableDebug: cfg.EnableDebug,

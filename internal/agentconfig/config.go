@@ -110,6 +110,19 @@ type Config struct {
 	// HostLabels are added to every device of the host.
 	HostLabels        map[string]string
 	InventoryInterval time.Duration
+
+	// TLS (tls.go): the CA, this node's certificate and key; all three
+	// or none.
+	TLSCAFile   string
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSVerifyIncoming requires and authorizes certificates on Raft and
+	// the node RPC; TLSVerifyServerHostname requires a server's
+	// certificate from the servers this node dials; TLSVerifyHTTPSClient
+	// requires a client certificate on the HTTPS API.
+	TLSVerifyIncoming       bool
+	TLSVerifyServerHostname bool
+	TLSVerifyHTTPSClient    bool
 }
 
 // Default is the configuration before any file, environment or flag.
@@ -126,6 +139,9 @@ func Default() Config {
 		RPCPort:    cluster.DefaultRPCPort,
 		GossipPort: cluster.DefaultGossipPort,
 		LogLevel:   DefaultLogLevel,
+
+		TLSVerifyIncoming:       true,
+		TLSVerifyServerHostname: true,
 	}
 }
 
@@ -225,7 +241,7 @@ func (c *Config) Validate() error {
 	if c.LeaderLeaseTimeout > 0 && c.HeartbeatTimeout > 0 && c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader-lease-timeout %s exceeds heartbeat-timeout %s", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
 	}
-	return nil
+	return c.validateTLS()
 }
 
 // hclogLevel parses a log level name.
@@ -293,6 +309,9 @@ func (c *Config) ClusterConfig(dataDir string, inventory cluster.InventoryFunc, 
 		InventoryInterval:   c.InventoryInterval,
 		Version:             version,
 		Logger:              logger,
+		// The store itself is loaded by LoadTLS.
+		TLSSkipVerifyIncoming:       !c.TLSVerifyIncoming,
+		TLSSkipVerifyServerHostname: !c.TLSVerifyServerHostname,
 	}
 }
 

@@ -41,6 +41,7 @@ type fileConfig struct {
 	Server            *serverBlock `hcl:"server,block"`
 	Gossip            *gossipBlock `hcl:"gossip,block"`
 	Host              *hostBlock   `hcl:"host,block"`
+	TLS               *tlsBlock    `hcl:"tls,block"`
 }
 
 type portsBlock struct {
@@ -81,6 +82,15 @@ type hostBlock struct {
 	ReserveMemoryGB   *float64           `hcl:"reserve_memory_gb,optional"`
 	Labels            *map[string]string `hcl:"labels,optional"`
 	InventoryInterval *string            `hcl:"inventory_interval,optional"`
+}
+
+type tlsBlock struct {
+	CAFile               *string `hcl:"ca_file,optional"`
+	CertFile             *string `hcl:"cert_file,optional"`
+	KeyFile              *string `hcl:"key_file,optional"`
+	VerifyIncoming       *bool   `hcl:"verify_incoming,optional"`
+	VerifyServerHostname *bool   `hcl:"verify_server_hostname,optional"`
+	VerifyHTTPSClient    *bool   `hcl:"verify_https_client,optional"`
 }
 
 // Load builds the agent configuration from the agent's arguments, the

@@ -72,6 +72,13 @@ var Settings = []Setting{
 	{"reserve-memory-gb", "DMSC_RESERVE_MEMORY_GB", "host.reserve_memory_gb", "GiB of discovered memory kept back for the system", func(c *Config) any { return &c.ReserveMemoryGB }},
 	{"label", "DMSC_HOST_LABELS", "host.labels", "host label key=value added to every device; repeat or separate with commas", func(c *Config) any { return &c.HostLabels }},
 	{"inventory-interval", "DMSC_INVENTORY_INTERVAL", "host.inventory_interval", "how often the inventory is re-read", func(c *Config) any { return &c.InventoryInterval }},
+
+	{"tls-ca-file", "DMSC_TLS_CA_FILE", "tls.ca_file", "PEM file of the cluster's CA (dmsc-agent-ca.pem); with the certificate and key, turns TLS on for Raft, the node RPC and HTTPS on the API", func(c *Config) any { return &c.TLSCAFile }},
+	{"tls-cert-file", "DMSC_TLS_CERT_FILE", "tls.cert_file", "PEM file of this node's certificate (dmsc tls cert create): a server's or a host's, for this node's name", func(c *Config) any { return &c.TLSCertFile }},
+	{"tls-key-file", "DMSC_TLS_KEY_FILE", "tls.key_file", "PEM file of this node's certificate's key", func(c *Config) any { return &c.TLSKeyFile }},
+	{"tls-verify-incoming", "DMSC_TLS_VERIFY_INCOMING", "tls.verify_incoming", "Raft and the node RPC require a certificate of the CA from every caller and authorize calls by its role (default true; false only while rolling TLS out)", func(c *Config) any { return &c.TLSVerifyIncoming }},
+	{"tls-verify-server-hostname", "DMSC_TLS_VERIFY_SERVER_HOSTNAME", "tls.verify_server_hostname", "servers this node dials must present a server's certificate, with the server's name where known (default true)", func(c *Config) any { return &c.TLSVerifyServerHostname }},
+	{"tls-verify-https-client", "DMSC_TLS_VERIFY_HTTPS_CLIENT", "tls.verify_https_client", "the HTTPS API requires a client certificate of the CA (default false)", func(c *Config) any { return &c.TLSVerifyHTTPSClient }},
 }
 
 // isBool reports whether the setting is a switch.

@@ -251,13 +251,24 @@ type material struct {
 // connection, so Reload takes effect without a restart.
 type Store struct {
 	files Files
-	cur   atomic.Pointer[material]
+	// self, when it names a role, is what this node's certificate must
+	// prove at every load (LoadFor).
+	self Identity
+	cur  atomic.Pointer[material]
 }
 
 // Load reads the files. The CA file is required; the certificate and key
 // go together and may be absent only for a client.
 func Load(f Files) (*Store, error) {
-	s := &Store{files: f}
+	return LoadFor(f, Identity{})
+}
+
+// LoadFor is Load for a node that must be self: its certificate is
+// required and must prove self's role and node name, at this load and
+// at every Reload (a reload that would make the node someone else is
+// refused and the loaded material stays).
+func LoadFor(f Files, self Identity) (*Store, error) {
+	s := &Store{files: f, self: self}
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
@@ -296,6 +307,16 @@ func (s *Store) Reload() error {
 		pair.Leaf = leaf
 		m.cert = &pair
 	}
+	if s.self.Role != "" {
+		if m.cert == nil {
+			return fmt.Errorf("%w: this %s needs a certificate and its key", ErrCert, s.self.Role)
+		}
+		got, ok := IdentityOf(m.cert.Leaf)
+		if !ok || got.Role != s.self.Role || (s.self.Node != "" && got.Node != s.self.Node) {
+			return fmt.Errorf("%w: %s is the certificate of %s, but this node is %s (make one with: dmsc tls cert create -%s -node %s)",
+				ErrCert, s.files.Cert, describe(got, ok), describe(s.self, true), s.self.Role, s.self.Node)
+		}
+	}
 	s.cur.Store(m)
 	return nil
 }
@@ -313,6 +334,17 @@ func (s *Store) Identity() (Identity, bool) {
 // set, a client must present a certificate signed by the CA (mutual TLS);
 // what it may do is for the caller to decide from PeerIdentity.
 func (s *Store) ServerConfig(verifyClients bool) *tls.Config {
+	return s.serverConfig(verifyClients, nil)
+}
+
+// ServerConfigFor is the configuration of a listener that speaks mutual
+// TLS with clients whose certificate, signed by the CA, proves want (a
+// role, and a node when want.Node is set); others fail the handshake.
+func (s *Store) ServerConfigFor(want Identity) *tls.Config {
+	return s.serverConfig(true, &want)
+}
+
+func (s *Store) serverConfig(verifyClients bool, want *Identity) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -323,6 +355,11 @@ func (s *Store) ServerConfig(verifyClients bool) *tls.Config {
 			c := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*m.cert}, ClientCAs: m.pool}
 			if verifyClients {
 				c.ClientAuth = tls.RequireAndVerifyClientCert
+			}
+			if want != nil {
+				c.VerifyConnection = func(cs tls.ConnectionState) error {
+					return s.verifyPeer(cs, *want, x509.ExtKeyUsageClientAuth)
+				}
 			}
 			return c, nil
 		},

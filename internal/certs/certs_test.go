@@ -239,3 +239,54 @@ func TestReload(t *testing.T) {
 		t.Fatalf("load of a certificate of another CA: %v, want ErrCert", err)
 	}
 }
+
+func TestServerConfigForChecksTheClient(t *testing.T) {
+	p := newPKI(t)
+	s1 := p.store(p.cert(Server, "s1"))
+	s2 := p.store(p.cert(Server, "s2"))
+	h1 := p.store(p.cert(Host, "h1"))
+	client := p.store(p.cert(Client, ""))
+	srv := s1.ServerConfigFor(Identity{Role: Server})
+	if cs, err := handshake(t, srv, s2.ClientConfig(Identity{Role: Server})); err != nil || cs == nil {
+		t.Fatalf("server to a listener for servers: %v", err)
+	}
+	for name, st := range map[string]*Store{"host": h1, "client": client, "no certificate": p.store(Files{CA: p.caCert})} {
+		if cs, _ := handshake(t, srv, st.ClientConfig(Identity{Role: Server})); cs != nil {
+			t.Errorf("a listener for servers accepted a %s", name)
+		}
+	}
+	if cs, _ := handshake(t, s1.ServerConfigFor(Identity{Role: Server, Node: "s3"}), s2.ClientConfig(Identity{})); cs != nil {
+		t.Error("a listener for s3 accepted s2")
+	}
+}
+
+func TestLoadForChecksTheNodeAtEveryLoad(t *testing.T) {
+	p := newPKI(t)
+	f := p.cert(Server, "s1")
+	s, err := LoadFor(f, Identity{Role: Server, Node: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []Identity{{Role: Host, Node: "s1"}, {Role: Server, Node: "s2"}} {
+		if _, err := LoadFor(f, want); !errors.Is(err, ErrCert) {
+			t.Errorf("server s1's certificate loaded for %+v: %v", want, err)
+		}
+	}
+	if _, err := LoadFor(Files{CA: p.caCert}, Identity{Role: Server, Node: "s1"}); !errors.Is(err, ErrCert) {
+		t.Errorf("a server loaded without a certificate: %v", err)
+	}
+	// A reload that would make s1 someone else is refused.
+	other := p.cert(Server, "s2")
+	if err := os.Rename(other.Cert, f.Cert); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other.Key, f.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); !errors.Is(err, ErrCert) {
+		t.Fatalf("reload of s2's certificate into s1: %v, want ErrCert", err)
+	}
+	if id, _ := s.Identity(); id.Node != "s1" {
+		t.Fatalf("a refused reload changed the identity to %+v", id)
+	}
+}
