@@ -94,6 +94,7 @@ func TestRPCAccessTable(t *testing.T) {
 			return err
 		},
 		RPCRestorePath: func(c *RPCClient) error { return c.Restore(ctx, addr, strings.NewReader("x")) },
+		RPCKeyringPath: func(c *RPCClient) error { _, err := c.Keyring(ctx, addr, KeyringRequest{Op: "list"}); return err },
 	}
 	if len(routes) != len(rpcAccess) {
 		t.Fatalf("the test covers %d routes, the table has %d", len(routes), len(rpcAccess))
@@ -110,6 +111,7 @@ func TestRPCAccessTable(t *testing.T) {
 		RPCStatusPath:     {certs.Server},
 		RPCRemovePeerPath: {certs.Server},
 		RPCRestorePath:    {certs.Server},
+		RPCKeyringPath:    {certs.Server},
 	}
 	for path, call := range routes {
 		for role, c := range callers {
