@@ -70,6 +70,10 @@ func copyRequest(r Request) Request {
 }
 
 func (s *State) allocate(idx uint64, c *Allocate) Result {
+	ns := NamespaceOf(c)
+	if !ValidNamespace(ns) {
+		return Result{Err: errf(ErrInvalid, "namespace %q is not 1 to %d letters, digits, '-' or '_'", ns, MaxNamespaceLength)}
+	}
 	if err := validateRequest(&c.Request); err != nil {
 		return Result{Err: err}
 	}
@@ -84,7 +88,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	}
 	s.seq++
 	a := &Allocation{
-		ID: id, RequestID: c.RequestID, Request: copyRequest(c.Request), Status: Pending,
+		ID: id, RequestID: c.RequestID, Namespace: ns, Request: copyRequest(c.Request), Status: Pending,
 		Seq: s.seq, CreateIndex: idx, ModifyIndex: idx, RequestedAt: s.now,
 	}
 	pc := s.requestPolicy(&a.Request)
@@ -192,18 +196,29 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 	s.history.add(a)
 }
 
-// notLive explains why a command cannot act on an allocation that is not live.
-func (s *State) notLive(id string) *Error {
-	if a := s.history.get(id); a != nil {
+// notLive explains why a command in namespace ns cannot act on an
+// allocation that is not live.
+func (s *State) notLive(id, ns string) *Error {
+	if a := s.history.get(id); a != nil && a.Namespace == ns {
 		return errf(ErrNotActive, "allocation %s is %s", id, a.Status)
 	}
 	return errf(ErrNotFound, "allocation %s", id)
 }
 
+// liveIn returns the live allocation id of namespace ns (an allocation of
+// another namespace is not found), or why there is none.
+func (s *State) liveIn(id, ns string) (*Allocation, *Error) {
+	a := s.allocs[id]
+	if a == nil || a.Namespace != ns {
+		return nil, s.notLive(id, ns)
+	}
+	return a, nil
+}
+
 func (s *State) release(c *Release) Result {
-	a := s.allocs[c.AllocationID]
-	if a == nil {
-		return Result{Err: s.notLive(c.AllocationID)}
+	a, err := s.liveIn(c.AllocationID, NamespaceOf(c))
+	if err != nil {
+		return Result{Err: err}
 	}
 	if a.Status != Active {
 		return Result{Err: errf(ErrNotActive, "allocation %s is pending: cancel it instead", a.ID)}
@@ -214,9 +229,9 @@ func (s *State) release(c *Release) Result {
 }
 
 func (s *State) renew(c *Renew) Result {
-	a := s.allocs[c.AllocationID]
-	if a == nil {
-		return Result{Err: s.notLive(c.AllocationID)}
+	a, err := s.liveIn(c.AllocationID, NamespaceOf(c))
+	if err != nil {
+		return Result{Err: err}
 	}
 	if a.Status != Active {
 		return Result{Err: errf(ErrNotActive, "allocation %s is pending", a.ID)}
@@ -238,9 +253,9 @@ func (s *State) renew(c *Renew) Result {
 }
 
 func (s *State) cancel(c *Cancel) Result {
-	a := s.allocs[c.AllocationID]
-	if a == nil {
-		return Result{Err: s.notLive(c.AllocationID)}
+	a, err := s.liveIn(c.AllocationID, NamespaceOf(c))
+	if err != nil {
+		return Result{Err: err}
 	}
 	if a.Status != Pending {
 		return Result{Err: errf(ErrConflict, "allocation %s is active: release it instead", a.ID)}

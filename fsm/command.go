@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -25,10 +27,12 @@ const (
 )
 
 // Meta is carried by every command: the client's request ID (a retried
-// command with a known ID returns the first result) and the time the
-// leader stamped on it, in Unix nanoseconds.
+// command with a known ID returns the first result), the namespace the
+// command acts in (allocations; request IDs are scoped by it) and the time
+// the leader stamped on it, in Unix nanoseconds.
 type Meta struct {
 	RequestID string `json:"request_id,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
 	Time      int64  `json:"time"`
 }
 
@@ -182,6 +186,18 @@ func Stamp(c Command, t time.Time) Command {
 // RequestIDOf returns the command's request ID.
 func RequestIDOf(c Command) string { return c.meta().RequestID }
 
+// SetNamespace sets the namespace the command acts in.
+func SetNamespace(c Command, ns string) { c.meta().Namespace = ns }
+
+// NamespaceOf is the namespace a command acts in: its own, else the
+// default.
+func NamespaceOf(c Command) string {
+	if ns := c.meta().Namespace; ns != "" {
+		return ns
+	}
+	return DefaultNamespace
+}
+
 // SetRequestID sets the command's request ID.
 func SetRequestID(c Command, id string) { c.meta().RequestID = id }
 
@@ -210,4 +226,23 @@ func Decode(b []byte) (Command, error) {
 		return nil, errf(ErrInvalid, "decode command type %d: %v", b[0], err)
 	}
 	return c, nil
+}
+
+// commandDigest identifies a command for the request-ID check: its type
+// and payload, without the leader's time and the request ID itself, so a
+// retry of the same request matches and another request does not.
+func commandDigest(c Command) string {
+	m := c.meta()
+	saved := *m
+	m.Time, m.RequestID = 0, ""
+	payload, err := json.Marshal(c)
+	*m = saved
+	if err != nil {
+		// Unencodable (NaN, ±Inf): validation refuses the command anyway.
+		return ""
+	}
+	h := sha256.New()
+	h.Write([]byte{byte(c.Type())})
+	h.Write(payload)
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }

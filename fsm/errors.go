@@ -23,12 +23,15 @@ var (
 	ErrNotActive      = &Error{Code: "not_active", Message: "allocation is not active"}
 	ErrUnknownCommand = &Error{Code: "unknown_command", Message: "unknown command type"}
 	ErrSnapshot       = &Error{Code: "bad_snapshot", Message: "snapshot cannot be restored"}
+	// ErrRequestIDReused refuses a request ID seen before with another
+	// command or body: a retry must be the same request.
+	ErrRequestIDReused = &Error{Code: "request_id_reused", Message: "request id used before for another request"}
 )
 
 var sentinels = map[string]*Error{}
 
 func init() {
-	for _, e := range []*Error{ErrInvalid, ErrNotFound, ErrConflict, ErrNoCapacity, ErrNotActive, ErrUnknownCommand, ErrSnapshot} {
+	for _, e := range []*Error{ErrInvalid, ErrNotFound, ErrConflict, ErrNoCapacity, ErrNotActive, ErrUnknownCommand, ErrSnapshot, ErrRequestIDReused} {
 		sentinels[e.Code] = e
 	}
 }

@@ -86,14 +86,23 @@ const (
 	requestCacheCount = 1 << 18
 )
 
-// cacheEntry is the first result of a request ID.
+// cacheEntry is the first result of a request ID in a namespace, and the
+// digest of the command that gave it: a later command with the same ID
+// must be the same command.
 type cacheEntry struct {
 	RequestID    string `json:"request_id"`
+	Namespace    string `json:"namespace,omitempty"`
+	Digest       string `json:"digest,omitempty"`
 	Index        uint64 `json:"index"`
 	Time         int64  `json:"time"`
 	AllocationID string `json:"allocation_id,omitempty"`
 	Err          *Error `json:"error,omitempty"`
 }
+
+// key is where the entry is found: request IDs are scoped per namespace.
+func (e *cacheEntry) key() string { return cacheKey(e.Namespace, e.RequestID) }
+
+func cacheKey(ns, id string) string { return ns + "\x00" + id }
 
 // requestCache keeps the entries oldest first in a ring that doubles when
 // full, so entries are never copied as old ones are dropped.
@@ -110,8 +119,8 @@ func newRequestCache() *requestCache { return &requestCache{byID: map[string]int
 
 func (c *requestCache) at(q int) *cacheEntry { return &c.ring[q&(len(c.ring)-1)] }
 
-func (c *requestCache) get(id string) (cacheEntry, bool) {
-	q, ok := c.byID[id]
+func (c *requestCache) get(key string) (cacheEntry, bool) {
+	q, ok := c.byID[key]
 	if !ok {
 		return cacheEntry{}, false
 	}
@@ -129,7 +138,7 @@ func (c *requestCache) put(e cacheEntry) {
 	q := c.head + c.n
 	*c.at(q) = e
 	c.n++
-	c.byID[e.RequestID] = q
+	c.byID[e.key()] = q
 }
 
 func (c *requestCache) trim(now int64) {
@@ -139,7 +148,7 @@ func (c *requestCache) trim(now int64) {
 		if c.n <= requestCacheCount && e.Time >= cutoff {
 			break
 		}
-		delete(c.byID, e.RequestID)
+		delete(c.byID, e.key())
 		*e = cacheEntry{}
 		c.head++
 		c.n--

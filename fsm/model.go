@@ -250,10 +250,33 @@ type Assignment struct {
 	Amount   Resources `json:"amount"`
 }
 
+// DefaultNamespace is the namespace of a command that names none.
+const DefaultNamespace = "default"
+
+// MaxNamespaceLength bounds a namespace's name.
+const MaxNamespaceLength = 64
+
+// ValidNamespace reports whether s may name a namespace: 1 to 64 ASCII
+// letters, digits, '-' and '_'.
+func ValidNamespace(s string) bool {
+	if s == "" || len(s) > MaxNamespaceLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // Allocation is a request and what became of it.
 type Allocation struct {
-	ID        string       `json:"id"`
-	RequestID string       `json:"request_id,omitempty"`
+	ID        string `json:"id"`
+	RequestID string `json:"request_id,omitempty"`
+	// Namespace is the namespace the allocation belongs to.
+	Namespace string       `json:"namespace"`
 	Request   Request      `json:"request"`
 	Status    AllocStatus  `json:"status"`
 	Policy    Policy       `json:"policy"`

@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"strconv"
@@ -172,7 +173,38 @@ func (g *cmdGen) expectHit(st *step, s *fsm.State) (cachedRequest, bool) {
 		st.anyOutcome, st.bad = true, false
 		return c, false
 	}
+	if !sameRequest(st.cmd, c.raw) {
+		// Another request under a known ID is refused, whatever it is.
+		st.bad, st.want, st.anyOutcome = true, fsm.ErrRequestIDReused, false
+		st.kind += " (another request)"
+		return c, false
+	}
 	return c, true
+}
+
+// sameRequest reports whether a command is the one encoded in raw, but
+// for the leader's time and the request ID: a retry of it.
+func sameRequest(c fsm.Command, raw []byte) bool {
+	canonical := func(c fsm.Command) []byte {
+		b, err := fsm.Encode(c)
+		if err != nil {
+			return nil
+		}
+		cp, err := fsm.Decode(b)
+		if err != nil {
+			return nil
+		}
+		fsm.Stamp(cp, time.Unix(0, 0))
+		fsm.SetRequestID(cp, "")
+		out, _ := fsm.Encode(cp)
+		return out
+	}
+	orig, err := fsm.Decode(raw)
+	if err != nil {
+		return false
+	}
+	a, b := canonical(c), canonical(orig)
+	return a != nil && bytes.Equal(a, b)
 }
 
 // learn records what a command did for later commands to use.

@@ -146,7 +146,7 @@ func TestRandomLog(t *testing.T) {
 		fresh := res.Index == idx
 		prevView := view
 		view = observe(primary)
-		if err := view.check(st.cmd.Type() == fsm.TickType && fresh); err != nil {
+		if err := view.check(st.cmd.Type() == fsm.TickType && fresh && res.Err == nil); err != nil {
 			fail(i, &st, "public view: %v", err)
 		}
 

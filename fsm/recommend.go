@@ -179,14 +179,15 @@ func (s *State) scopes(t DeviceType, buckets map[string][]*Allocation, devPools 
 }
 
 // Recommend returns the recommendations for device type t, or for every
-// type when t is "", sorted by priority (high first), kind, pool, type and
-// message. An unknown type has none.
-func (s *State) Recommend(t DeviceType) []Recommendation {
+// type when t is "", from the allocations of the namespaces ns (every
+// namespace when none is named), sorted by priority (high first), kind,
+// pool, type and message. An unknown type has none.
+func (s *State) Recommend(t DeviceType, ns ...string) []Recommendation {
 	out := []Recommendation{}
 	if t != "" && !t.Valid() {
 		return out
 	}
-	buckets := s.allocBuckets(t)
+	buckets := s.allocBuckets(t, ns)
 	devPools := s.devicePools()
 	lost := s.lostPerDevice()
 	for _, typ := range DeviceTypes {

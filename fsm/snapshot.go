@@ -154,6 +154,9 @@ func Restore(r io.Reader) (*State, error) {
 				return nil, errf(ErrSnapshot, "allocation %s holds unknown device %q", a.ID, as.DeviceID)
 			}
 		}
+		if a.Namespace == "" {
+			a.Namespace = DefaultNamespace // written before namespaces
+		}
 		s.allocs[a.ID] = a
 		switch a.Status {
 		case Pending:
@@ -170,6 +173,9 @@ func Restore(r io.Reader) (*State, error) {
 	for _, a := range snap.History {
 		if a == nil || a.Status.Live() || s.lookup(a.ID) != nil {
 			return nil, errf(ErrSnapshot, "bad history entry")
+		}
+		if a.Namespace == "" {
+			a.Namespace = DefaultNamespace
 		}
 		s.history.add(a)
 	}

@@ -78,14 +78,21 @@ func (s *State) Now() time.Time { return time.Unix(0, s.now) }
 // LastIndex is the index of the last command applied.
 func (s *State) LastIndex() uint64 { return s.last }
 
-// Apply applies one command at log index idx. A command whose request ID was
-// seen before returns the first result and changes nothing. A refused
-// command returns an *Error and changes nothing, except a request refused
-// for lack of capacity, which is recorded in the history as failed.
+// Apply applies one command at log index idx. A command whose request ID
+// was seen before in its namespace returns the first result and changes
+// nothing; if it is not the same command (another type or body), it is
+// refused with ErrRequestIDReused. A refused command returns an *Error and
+// changes nothing, except a request refused for lack of capacity, which is
+// recorded in the history as failed.
 func (s *State) Apply(idx uint64, c Command) Result {
 	m := c.meta()
+	var digest string
 	if m.RequestID != "" {
-		if e, ok := s.cache.get(m.RequestID); ok {
+		digest = commandDigest(c)
+		if e, ok := s.cache.get(cacheKey(m.Namespace, m.RequestID)); ok {
+			if e.Digest != "" && e.Digest != digest {
+				return Result{Index: idx, Err: errf(ErrRequestIDReused, "request id %q was used for another request at index %d", m.RequestID, e.Index)}
+			}
 			return s.cachedResult(e)
 		}
 	}
@@ -102,7 +109,7 @@ func (s *State) Apply(idx uint64, c Command) Result {
 		return res
 	}
 	if m.RequestID != "" {
-		e := cacheEntry{RequestID: m.RequestID, Index: idx, Time: s.now}
+		e := cacheEntry{RequestID: m.RequestID, Namespace: m.Namespace, Digest: digest, Index: idx, Time: s.now}
 		if res.Allocation != nil {
 			e.AllocationID = res.Allocation.ID
 		}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -22,7 +23,10 @@ const AllPools = "*"
 
 // StatsFilter narrows Stats. An empty field matches everything.
 type StatsFilter struct {
-	Type DeviceType `json:"type,omitempty"`
+	// Namespaces limits the allocations counted to those of these
+	// namespaces (devices are the cluster's: their figures stay whole).
+	Namespaces []string   `json:"namespaces,omitempty"`
+	Type       DeviceType `json:"type,omitempty"`
 	// Pool keeps only the entries of this pool; AllPools keeps only the
 	// per-type totals.
 	Pool string `json:"pool,omitempty"`
@@ -192,13 +196,16 @@ func (s *State) statsPool(a *Allocation) string {
 }
 
 // allocBuckets groups the retained and live allocations of type only (or
-// of every type when only is "") by type and pool, each list in arrival
-// (Seq) order.
-func (s *State) allocBuckets(only DeviceType) map[DeviceType]map[string][]*Allocation {
+// of every type when only is "") in the namespaces ns (every namespace
+// when empty) by type and pool, each list in arrival (Seq) order.
+func (s *State) allocBuckets(only DeviceType, ns []string) map[DeviceType]map[string][]*Allocation {
 	out := map[DeviceType]map[string][]*Allocation{}
 	put := func(a *Allocation) {
 		t := a.Request.PrimaryType()
 		if only != "" && t != only {
+			return
+		}
+		if len(ns) > 0 && !slices.Contains(ns, a.Namespace) {
 			return
 		}
 		m := out[t]
@@ -323,7 +330,7 @@ func (s *State) devicePools() map[DeviceType]map[string]bool {
 // pool name. Types come in DeviceTypes order. A type appears when it has
 // devices or allocations; a type named by the filter always has its total.
 func (s *State) Stats(f StatsFilter) []Stats {
-	buckets := s.allocBuckets(f.Type)
+	buckets := s.allocBuckets(f.Type, f.Namespaces)
 	pools := s.devicePools()
 	out := []Stats{}
 	for _, t := range DeviceTypes {
