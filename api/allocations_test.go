@@ -41,11 +41,14 @@ func TestCreateAllocation(t *testing.T) {
 		t.Fatalf("durations are not strings: %s", r.body)
 	}
 
-	// The same request ID returns the first answer and takes nothing more.
-	again := e.do("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1}],"request_id":"req-1"}`).ok(http.StatusOK).alloc()
+	// The same request again returns the first answer and takes nothing
+	// more; another request under the same ID is refused.
+	again := e.do("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1,"capabilities":{"memory_gb":40}}],
+		"priority":5,"lease_ttl":"1m","request_id":"req-1"}`).ok(http.StatusOK).alloc()
 	if again.ID != a.ID {
 		t.Fatalf("retry made %s, first was %s", again.ID, a.ID)
 	}
+	e.do("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1}],"request_id":"req-1"}`).apiErr(http.StatusUnprocessableEntity, "request_id_reused")
 	var live wire.AllocationList
 	e.do("GET", "/v1/allocations", "").ok(200).decode(&live)
 	if len(live.Allocations) != 1 {

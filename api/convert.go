@@ -151,7 +151,7 @@ func WhyNotFromWire(w *wire.WhyNot) *fsm.WhyNot {
 
 func allocationToWire(a *fsm.Allocation) wire.Allocation {
 	return wire.Allocation{
-		ID: a.ID, RequestID: a.RequestID, Request: RequestToWire(a.Request), Status: wire.AllocStatus(a.Status),
+		ID: a.ID, RequestID: a.RequestID, Namespace: a.Namespace, Request: RequestToWire(a.Request), Status: wire.AllocStatus(a.Status),
 		Policy: wire.Policy(a.Policy), Host: a.Host, Devices: mapSlice(a.Devices, assignmentToWire),
 		Seq: a.Seq, CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex,
 		RequestedAt: unixTime(a.RequestedAt), AllocatedAt: unixTime(a.AllocatedAt), EndedAt: unixTime(a.EndedAt),

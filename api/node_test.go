@@ -84,7 +84,7 @@ func TestSingleNode(t *testing.T) {
 		t.Fatalf("allocation %+v", a)
 	}
 	var again wire.Allocation
-	call("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1}],"request_id":"one"}`, 200, &again)
+	call("POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":1,"capabilities":{"memory_gb":40}}],"request_id":"one"}`, 200, &again)
 	if again.ID != a.ID {
 		t.Fatalf("retry allocated %s, first %s", again.ID, a.ID)
 	}

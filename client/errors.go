@@ -71,6 +71,9 @@ var (
 	// ErrNoCapacity: nothing fits now (timeout 0) or before the request's
 	// deadline; APIError.WhyNot explains.
 	ErrNoCapacity = sentinel(wire.CodeNoCapacity, "no device fits the request")
+	// ErrRequestIDReused: the request ID was used before, in the same
+	// namespace, for another request; nothing was done.
+	ErrRequestIDReused = sentinel(wire.CodeRequestIDReused, "request id used before for another request")
 	// ErrBadSnapshot: an uploaded snapshot does not restore.
 	ErrBadSnapshot = sentinel(wire.CodeBadSnapshot, "snapshot cannot be restored")
 	// ErrTooLarge: the request body is over the route's cap.

@@ -49,8 +49,13 @@ func validateRequest(r *Request) *Error {
 	if r.LeaseTTL < 0 || r.LeaseTTL > MaxDuration {
 		return errf(ErrInvalid, "lease ttl %v out of 0..%v", r.LeaseTTL, MaxDuration)
 	}
+	if r.Pool != "" && !ValidID(r.Pool) {
+		return errf(ErrInvalid, "pool %q is not a valid id", r.Pool)
+	}
 	for i, c := range r.Claims {
 		switch {
+		case c.Pool != "" && !ValidID(c.Pool):
+			return errf(ErrInvalid, "claim %d: pool %q is not a valid id", i, c.Pool)
 		case !c.Type.Valid():
 			return errf(ErrInvalid, "claim %d: unknown device type %q", i, c.Type)
 		case c.Count < 1 || c.Count > MaxClaimCount:

@@ -24,6 +24,11 @@ const (
 	SetRetentionType     CommandType = 10
 	TickType             CommandType = 11
 	SetServerRemovedType CommandType = 12
+	ACLBootstrapType     CommandType = 13
+	ACLPolicyUpsertType  CommandType = 14
+	ACLPolicyDeleteType  CommandType = 15
+	ACLTokenUpsertType   CommandType = 16
+	ACLTokenDeleteType   CommandType = 17
 )
 
 // Meta is carried by every command: the client's request ID (a retried
@@ -144,6 +149,11 @@ func (*SetPolicy) Type() CommandType        { return SetPolicyType }
 func (*SetRetention) Type() CommandType     { return SetRetentionType }
 func (*Tick) Type() CommandType             { return TickType }
 func (*SetServerRemoved) Type() CommandType { return SetServerRemovedType }
+func (*ACLBootstrap) Type() CommandType     { return ACLBootstrapType }
+func (*ACLPolicyUpsert) Type() CommandType  { return ACLPolicyUpsertType }
+func (*ACLPolicyDelete) Type() CommandType  { return ACLPolicyDeleteType }
+func (*ACLTokenUpsert) Type() CommandType   { return ACLTokenUpsertType }
+func (*ACLTokenDelete) Type() CommandType   { return ACLTokenDeleteType }
 
 // newCommand returns an empty command of type t, or nil if t is unknown.
 func newCommand(t CommandType) Command {
@@ -172,6 +182,16 @@ func newCommand(t CommandType) Command {
 		return &Tick{}
 	case SetServerRemovedType:
 		return &SetServerRemoved{}
+	case ACLBootstrapType:
+		return &ACLBootstrap{}
+	case ACLPolicyUpsertType:
+		return &ACLPolicyUpsert{}
+	case ACLPolicyDeleteType:
+		return &ACLPolicyDelete{}
+	case ACLTokenUpsertType:
+		return &ACLTokenUpsert{}
+	case ACLTokenDeleteType:
+		return &ACLTokenDelete{}
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte{byte(fsm.AllocateType), '{', '}'})
-	f.Add([]byte{byte(fsm.SetServerRemovedType) + 1})
+	f.Add([]byte{byte(fsm.ACLTokenDeleteType) + 1})
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		c, err := fsm.Decode(raw)
 		if err != nil {

@@ -250,6 +250,26 @@ type Assignment struct {
 	Amount   Resources `json:"amount"`
 }
 
+// MaxIDLength bounds the IDs of hosts, devices and pools.
+const MaxIDLength = 256
+
+// ValidID reports whether s may identify a host, a device or a pool: 1 to
+// 256 bytes of ASCII letters, digits and '-', '_', '.', ':', '@', '+',
+// '=', and not "." or "..". No spaces, slashes, control characters or
+// escape sequences: an ID is safe in a path, a log line and a terminal.
+func ValidID(s string) bool {
+	if s == "" || len(s) > MaxIDLength || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:@+=", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
 // DefaultNamespace is the namespace of a command that names none.
 const DefaultNamespace = "default"
 

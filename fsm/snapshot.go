@@ -30,6 +30,15 @@ type snapshotV1 struct {
 	// RemovedServers is absent when empty, so snapshots of states that
 	// never removed a server read as before.
 	RemovedServers map[string]int64 `json:"removed_servers,omitempty"`
+	// ACL is absent until ACLs are used.
+	ACL *aclSnapshot `json:"acl,omitempty"`
+}
+
+// aclSnapshot is the ACL state in a snapshot.
+type aclSnapshot struct {
+	BootstrapIndex uint64      `json:"bootstrap_index"`
+	Policies       []ACLPolicy `json:"policies"`
+	Tokens         []ACLToken  `json:"tokens"`
 }
 
 // Snapshot writes the whole state. Two states that applied the same
@@ -48,6 +57,9 @@ func (s *State) Snapshot(w io.Writer) error {
 		Retention:      s.retention,
 		Shapes:         s.shapes.list,
 		RemovedServers: s.removedServers,
+	}
+	if used, _ := s.ACLBootstrapped(); used || len(s.acl.policies) > 0 || len(s.acl.tokens) > 1 {
+		snap.ACL = &aclSnapshot{BootstrapIndex: s.acl.bootstrapIndex, Policies: s.ACLPolicies(), Tokens: s.ACLTokens()}
 	}
 	if snap.Requests == nil {
 		// An emptied cache and a restored empty one write the same.
@@ -107,6 +119,29 @@ func Restore(r io.Reader) (*State, error) {
 	}
 	s.cursors = nonNil(snap.Cursors)
 	s.removedServers = nonNil(snap.RemovedServers)
+	if a := snap.ACL; a != nil {
+		s.acl.bootstrapIndex = a.BootstrapIndex
+		for i := range a.Policies {
+			p := a.Policies[i]
+			if !validACLName(p.Name) || s.acl.policies[p.Name] != nil || validateRules(&p.Rules) != nil {
+				return nil, errf(ErrSnapshot, "ACL policy %q empty, repeated or invalid", p.Name)
+			}
+			s.acl.policies[p.Name] = &p
+		}
+		for i := range a.Tokens {
+			t := a.Tokens[i]
+			if t.AccessorID != AnonymousAccessorID && s.acl.tokens[t.AccessorID] != nil {
+				return nil, errf(ErrSnapshot, "ACL token %q repeated", t.AccessorID)
+			}
+			if err := s.validateToken(&t); err != nil {
+				return nil, errf(ErrSnapshot, "ACL token %q: %v", t.AccessorID, err)
+			}
+			s.acl.tokens[t.AccessorID] = &t
+			if t.SecretHash != "" {
+				s.acl.bySecret[t.SecretHash] = t.AccessorID
+			}
+		}
+	}
 	for _, id := range sortedKeys(s.removedServers) {
 		if id == "" || len(id) > MaxServerIDLength {
 			return nil, errf(ErrSnapshot, "removed server id %q empty or too long", id)

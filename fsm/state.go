@@ -31,6 +31,7 @@ type State struct {
 	shapes       *shapeWindow
 	// removedServers are the servers an operator removed, with when.
 	removedServers map[string]int64
+	acl            *aclState
 
 	idx *index
 }
@@ -65,6 +66,7 @@ func New() *State {
 		idx:          newIndex(),
 
 		removedServers: map[string]int64{},
+		acl:            newACLState(),
 	}
 	for t, p := range DefaultPolicies {
 		s.typePolicies[t] = PolicyConfig{Policy: p}
@@ -170,6 +172,16 @@ func (s *State) apply(idx uint64, c Command) Result {
 		return Result{}
 	case *SetServerRemoved:
 		return s.setServerRemoved(c)
+	case *ACLBootstrap:
+		return s.aclBootstrap(idx, c)
+	case *ACLPolicyUpsert:
+		return s.aclPolicyUpsert(idx, c)
+	case *ACLPolicyDelete:
+		return s.aclPolicyDelete(c)
+	case *ACLTokenUpsert:
+		return s.aclTokenUpsert(idx, c)
+	case *ACLTokenDelete:
+		return s.aclTokenDelete(c)
 	}
 	return Result{Err: errf(ErrUnknownCommand, "%T", c)}
 }
@@ -186,8 +198,8 @@ func (s *State) lookup(id string) *Allocation {
 const MaxDevicesPerHost = 4096
 
 func (s *State) registerHost(c *RegisterHost) Result {
-	if c.Host.ID == "" {
-		return Result{Err: errf(ErrInvalid, "host id is empty")}
+	if !ValidID(c.Host.ID) {
+		return Result{Err: errf(ErrInvalid, "host id %q is not 1 to %d letters, digits or -_.:@+=", c.Host.ID, MaxIDLength)}
 	}
 	if len(c.Devices) > MaxDevicesPerHost {
 		return Result{Err: errf(ErrInvalid, "host %q reports %d devices, more than %d", c.Host.ID, len(c.Devices), MaxDevicesPerHost)}
@@ -196,8 +208,10 @@ func (s *State) registerHost(c *RegisterHost) Result {
 	for i := range c.Devices {
 		d := &c.Devices[i]
 		switch {
-		case d.ID == "":
-			return Result{Err: errf(ErrInvalid, "device %d has no id", i)}
+		case !ValidID(d.ID):
+			return Result{Err: errf(ErrInvalid, "device %d: id %q is not 1 to %d letters, digits or -_.:@+=", i, d.ID, MaxIDLength)}
+		case d.Pool != "" && !ValidID(d.Pool):
+			return Result{Err: errf(ErrInvalid, "device %q: pool %q is not a valid id", d.ID, d.Pool)}
 		case seen[d.ID]:
 			return Result{Err: errf(ErrInvalid, "duplicate device id %q", d.ID)}
 		case !d.Type.Valid():

@@ -48,6 +48,9 @@ const (
 	// CodeNoCapacity: nothing fits now, or before the request's deadline;
 	// Error.WhyNot explains.
 	CodeNoCapacity = "no_capacity"
+	// CodeRequestIDReused: the request ID was used before, in the same
+	// namespace, for another request; a retry must send the same request.
+	CodeRequestIDReused = "request_id_reused"
 	// CodeBodyTooLarge: the body is over the route's cap.
 	CodeBodyTooLarge = "body_too_large"
 	// CodeOverloaded: too many requests in flight on the node. Retryable.
@@ -235,8 +238,10 @@ type Policies struct {
 
 // Allocation is an allocation as the API shows it.
 type Allocation struct {
-	ID          string       `json:"id"`
-	RequestID   string       `json:"request_id,omitempty"`
+	ID        string `json:"id"`
+	RequestID string `json:"request_id,omitempty"`
+	// Namespace is the namespace the allocation belongs to.
+	Namespace   string       `json:"namespace"`
 	Request     Request      `json:"request"`
 	Status      AllocStatus  `json:"status"`
 	Policy      Policy       `json:"policy"`

@@ -37,7 +37,7 @@ func TestDuration(t *testing.T) {
 // says nothing was done is retryable too.
 func TestRetryableCodes(t *testing.T) {
 	all := []string{CodeBadRequest, CodeInvalid, CodeBadSnapshot, CodeNotFound, CodeMethodNotAllowed, CodeConflict,
-		CodeNotActive, CodeNoCapacity, CodeBodyTooLarge, CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown,
+		CodeNotActive, CodeNoCapacity, CodeRequestIDReused, CodeBodyTooLarge, CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown,
 		CodeNotServer, CodeTimeout, CodeInternal, CodeForbidden, "lease_lost", ""}
 	retryable := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotLeader: true, CodeShutdown: true, CodeNotServer: true, CodeTimeout: true}
 	notApplied := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotServer: true}

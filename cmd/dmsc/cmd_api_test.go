@@ -127,7 +127,9 @@ func TestCLIAllocations(t *testing.T) {
 	}
 	for _, tc := range []cliCase{
 		// The same request ID never allocates twice.
-		{args: []string{"alloc", "-type", "GPU", "-memory-gb", "50", "-request-id", "job-1"}, out: []string{a.ID, "g1"}},
+		{args: []string{"alloc", "-type", "GPU", "-memory-gb", "50", "-ttl", "10m", "-request-id", "job-1"}, out: []string{a.ID, "g1"}},
+		// Another request under the same ID is refused.
+		{args: []string{"alloc", "-type", "GPU", "-memory-gb", "50", "-request-id", "job-1"}, code: exitConflict, errOut: []string{"request_id_reused"}},
 		{args: []string{"alloc", "list"}, out: []string{a.ID, "active", "1 x GPU (memory_gb>=50)", "h1"}},
 		{args: []string{"alloc", "list", "-status", "pending"}, out: []string{"No allocations"}},
 		{args: []string{"alloc", "status", a.ID}, out: []string{"ID            = " + a.ID, "Lease expires", "DEVICE", "g1"}},

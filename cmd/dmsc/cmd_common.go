@@ -228,7 +228,7 @@ func exitCode(err error) int {
 		return exitCapacity
 	case errors.Is(err, client.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, client.ErrConflict), errors.Is(err, client.ErrNotActive):
+	case errors.Is(err, client.ErrConflict), errors.Is(err, client.ErrNotActive), errors.Is(err, client.ErrRequestIDReused):
 		return exitConflict
 	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrBadRequest),
 		errors.Is(err, client.ErrBadSnapshot), errors.Is(err, client.ErrTooLarge):

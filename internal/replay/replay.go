@@ -36,14 +36,14 @@ const MilliPerGPU = 1000
 func HostCommand(n trace.Node) *fsm.RegisterHost {
 	devs := make([]fsm.DeviceSpec, 0, 2+n.GPUs)
 	devs = append(devs,
-		fsm.DeviceSpec{ID: n.Name + "/cpu", Type: fsm.CPU, Shareable: true,
+		fsm.DeviceSpec{ID: n.Name + ".cpu", Type: fsm.CPU, Shareable: true,
 			Capabilities: fsm.Capabilities{Resources: fsm.Resources{ComputeUnits: float64(n.CPUMilli)}}},
-		fsm.DeviceSpec{ID: n.Name + "/mem", Type: fsm.Memory, Shareable: true,
+		fsm.DeviceSpec{ID: n.Name + ".mem", Type: fsm.Memory, Shareable: true,
 			Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: mibToGiB(n.MemoryMiB)}}},
 	)
 	for i := 0; i < n.GPUs; i++ {
 		devs = append(devs, fsm.DeviceSpec{
-			ID: fmt.Sprintf("%s/gpu%02d", n.Name, i), Type: fsm.GPU, Name: n.Model, Shareable: true,
+			ID: fmt.Sprintf("%s.gpu%02d", n.Name, i), Type: fsm.GPU, Name: n.Model, Shareable: true,
 			Capabilities: fsm.Capabilities{
 				Resources: fsm.Resources{ComputeUnits: MilliPerGPU},
 				Custom:    map[string]string{GPUModelKey: n.Model},

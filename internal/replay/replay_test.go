@@ -112,7 +112,7 @@ func TestTaskRequestFitRule(t *testing.T) {
 			mem -= k.MemoryMiB
 			for _, as := range res.Allocation.Devices {
 				var i int
-				if _, err := fmt.Sscanf(as.DeviceID, n.Name+"/gpu%d", &i); err == nil {
+				if _, err := fmt.Sscanf(as.DeviceID, n.Name+".gpu%d", &i); err == nil {
 					gpu[i] -= int64(as.Amount.ComputeUnits)
 					a.gpu[i] += int64(as.Amount.ComputeUnits)
 				}
