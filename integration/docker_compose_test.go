@@ -648,6 +648,11 @@ func (p *composeProject) startRogue(ctx context.Context) error {
 			return err
 		}
 	}
+	// It is in a profile so that `up -d` leaves it alone: check that it
+	// did, or the cluster would have met it before its checks.
+	if id, err := p.compose(ctx, "--profile", "rogue", "ps", "-q", rogueService); err != nil || id != "" {
+		return fmt.Errorf("the rogue host has a container before the test starts it (%q, %v): was its profile ignored?", id, err)
+	}
 	if _, err := p.compose(ctx, "--profile", "rogue", "up", "-d", rogueService); err != nil {
 		return err
 	}
