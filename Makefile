@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test bench bench-placement image compose-up compose-down
+.PHONY: build test bench bench-placement image compose-secrets compose-up compose-down
 
 build:
 	$(GO) build -o bin/dmsc ./cmd/dmsc
@@ -50,12 +50,23 @@ image:
 	docker build -f deploy/Dockerfile -t $(IMAGE) $(IMAGE_CONTEXT)
 
 # Three servers and two device hosts on this Docker engine
-# (deploy/docker-compose.yml); server-1's API on 127.0.0.1:4646.
+# (deploy/docker-compose.yml), with mutual TLS, HTTPS and encrypted gossip;
+# server-1's API on https://127.0.0.1:4646.
+# compose-secrets makes, once, what the cluster needs that must not be in
+# the image or the repository: the CA, a certificate per node, the
+# operator's client certificate and the gossip key, in $(COMPOSE_SECRETS)
+# (deploy/compose/secrets.sh, run with the image's own dmsc; files that
+# exist are kept). compose-up makes them when missing.
 # compose-down keeps the servers' volumes; COMPOSE_DOWN_FLAGS=-v drops them.
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_PROJECT ?= dmsc
-compose-up: image
-	DMSC_IMAGE=$(IMAGE) $(COMPOSE) -f deploy/docker-compose.yml -p $(COMPOSE_PROJECT) up -d
+COMPOSE_SECRETS ?= $(CURDIR)/deploy/compose/secrets
+COMPOSE_ENV = DMSC_IMAGE=$(IMAGE) DMSC_SECRETS_DIR=$(COMPOSE_SECRETS)
+compose-secrets: image
+	DMSC_IMAGE=$(IMAGE) deploy/compose/secrets.sh $(COMPOSE_SECRETS)
+
+compose-up: image compose-secrets
+	$(COMPOSE_ENV) $(COMPOSE) -f deploy/docker-compose.yml -p $(COMPOSE_PROJECT) up -d
 
 compose-down:
-	DMSC_IMAGE=$(IMAGE) $(COMPOSE) -f deploy/docker-compose.yml -p $(COMPOSE_PROJECT) down $(COMPOSE_DOWN_FLAGS)
+	$(COMPOSE_ENV) $(COMPOSE) -f deploy/docker-compose.yml -p $(COMPOSE_PROJECT) down $(COMPOSE_DOWN_FLAGS)

@@ -1,16 +1,39 @@
 # dmsc host agent: a machine that carries devices. It never votes; it joins
 # the gossip pool and reports its inventory to the servers.
 #
-#   dmsc agent -config /etc/dmsc/host.hcl
+#   dmsc agent -config /etc/dmsc/host.hcl   # with DMSC_ENCRYPT set: see below
 #
-# or, without a file:
-#
-#   dmsc agent -host -join 10.0.0.11 -discover nvidia,cpu,memory
+# Secured like the servers: its own host certificate (the servers take
+# this host's devices only from a certificate that names it), HTTPS on its
+# API, and encrypted gossip with the key in DMSC_ENCRYPT
+# (/etc/dmsc/dmsc.env, mode 0600; see systemd/dmsc.env), which is kept
+# out of this file because any local user may read it. deploy/README.md
+# says how to make and rotate the certificates and the key.
 
 node_name = "gpu-node-1"   # becomes the host id in the scheduler
 bind_addr = "0.0.0.0"
 http_addr = "127.0.0.1:4646"
 join      = ["10.0.0.11", "10.0.0.12", "10.0.0.13"]
+
+# Where the gossip keyring persists, so that a key rotated with `dmsc
+# operator keyring` survives a restart (a host has no data_dir).
+keyring_file = "/var/lib/dmsc/keyring"
+
+# This host's certificate (dmsc tls cert create -host -node gpu-node-1),
+# its key (readable by the dmsc user alone) and the cluster's CA. Replace
+# them in place and send SIGHUP (systemctl reload dmsc) to renew them.
+tls {
+  ca_file   = "/etc/dmsc/tls/dmsc-agent-ca.pem"
+  cert_file = "/etc/dmsc/tls/agent.pem"
+  key_file  = "/etc/dmsc/tls/agent-key.pem"
+
+  verify_incoming        = true   # the RPC takes only certificates of the CA, by role
+  verify_server_hostname = true   # servers dialed must show a server's certificate
+  # The API listens on loopback only, but it forwards the writes it takes
+  # (allocations) to the leader under this host's certificate: without a
+  # client certificate of the CA, any local user could allocate through it.
+  verify_https_client = true
+}
 
 host {
   enabled = true

@@ -1,11 +1,18 @@
 # dmsc server agent: one of three (or five) Raft voters.
 #
-#   dmsc agent -config /etc/dmsc/server.hcl
+#   dmsc agent -config /etc/dmsc/server.hcl   # with DMSC_ENCRYPT set: see below
 #
 # Every key can also be given as a flag or a DMSC_* environment variable
 # (`dmsc agent -h` lists them); a flag beats the environment, which beats
 # this file. The same file works for the first start, restarts and adding a
 # server to a running cluster.
+#
+# Secured: mutual TLS on Raft and the node RPC, HTTPS on the API (the tls
+# block below), and encrypted gossip. The gossip key is not in this file,
+# which any local user may read: it is DMSC_ENCRYPT in /etc/dmsc/dmsc.env
+# (mode 0600; see systemd/dmsc.env), read by systemd before the agent
+# starts. deploy/README.md says how to make and rotate the certificates
+# and the key.
 
 node_name = "server-1"                # unique and stable; default: short hostname
 data_dir  = "/var/lib/dmsc"           # Raft log, stable store, snapshots
@@ -23,6 +30,28 @@ ports {
   rpc    = 4647   # node-to-node RPC (forwarded writes, inventories)
   raft   = 4648   # Raft
   gossip = 4649   # memberlist, TCP and UDP
+}
+
+# This server's certificate (dmsc tls cert create -server -node server-1),
+# its key (readable by the dmsc user alone) and the cluster's CA: the same
+# paths on every server, each holding that server's own files. Replace
+# them in place and send SIGHUP (systemctl reload dmsc) to renew them.
+tls {
+  ca_file   = "/etc/dmsc/tls/dmsc-agent-ca.pem"
+  cert_file = "/etc/dmsc/tls/agent.pem"
+  key_file  = "/etc/dmsc/tls/agent-key.pem"
+
+  # Raft and the node RPC take only certificates of the CA, and each call
+  # only from the roles allowed to make it.
+  verify_incoming = true
+  # A server this node dials must show a server's certificate, of the
+  # server's own name where it is known.
+  verify_server_hostname = true
+  # The API (on every interface, above) takes writes; until ACL tokens
+  # exist, a client certificate of the CA (dmsc tls cert create -client)
+  # is what says who may make them. Clients give it with -client-cert and
+  # -client-key (DMSC_CLIENT_CERT, DMSC_CLIENT_KEY).
+  verify_https_client = true
 }
 
 server {

@@ -2,8 +2,10 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/client/wire"
+	"github.com/dmsc/dmsc/internal/certs"
 )
 
 // Bounds of the container test. Raft runs at the shipped LAN timings
@@ -42,13 +45,19 @@ var (
 )
 
 // TestContainerCluster runs deploy/docker-compose.yml (three servers, two
-// device hosts) from an image built like `make image`, and checks through
-// the SDK that it allocates, survives `docker kill` of its leader, refuses
-// writes on a server cut off by `docker network disconnect` with a
-// retryable error while the other two serve, and converges once the
-// server is reconnected. Everything it starts is removed at the end,
-// whatever happened. It skips under -short and where no Docker engine
-// answers.
+// device hosts) from an image built like `make image`, with the secrets
+// deploy/compose/secrets.sh makes (a CA, a certificate per node and for
+// the operator, a gossip key). It checks that the cluster forms secured:
+// three voters, both hosts registered, every API speaking only HTTPS and
+// only to clients with a certificate of the cluster's CA, the operator's
+// CLI working from the Docker host with the client certificate, and a
+// host with a valid certificate but without the gossip key never joining.
+// Then, through the SDK over HTTPS, that it allocates, survives `docker
+// kill` of its leader, refuses writes on a server cut off by `docker
+// network disconnect` with a retryable error while the other two serve,
+// and converges once the server is reconnected. Everything it starts is
+// removed at the end, whatever happened. It skips under -short and where
+// no Docker engine answers.
 func TestContainerCluster(t *testing.T) {
 	tools := requireDocker(t)
 	sweepStale(t, tools)
@@ -64,26 +73,38 @@ func TestContainerCluster(t *testing.T) {
 		timings.record("  of which "+how, took)
 		return err
 	}))
+	must(t, timings.phase("secrets (deploy/compose/secrets.sh)", func() error { return p.makeSecrets(ctx) }))
 	services := append(append([]string(nil), containerServers...), containerHosts...)
 	must(t, timings.phase("compose up -d", func() error { return p.up(ctx, services...) }))
-	must(t, timings.phase("all nodes ready", func() error {
+	must(t, timings.phase("all nodes ready, three voters", func() error {
 		return pollUntil(ctx, clusterReadyBound, 250*time.Millisecond, func() error {
 			for _, s := range services {
-				if err := nodeReady(ctx, p.addr(ctx, s)); err != nil {
+				if err := p.nodeReady(ctx, s); err != nil {
 					return fmt.Errorf("%s: %w", s, err)
 				}
 			}
-			return hostsUp(ctx, p.addr(ctx, containerServers[0]), containerHosts)
+			if err := p.hostsUp(ctx, containerServers[0], containerHosts); err != nil {
+				return err
+			}
+			return p.voters(ctx, containerServers[0], containerServers)
 		})
 	}))
-	// The health check Docker runs is the binary's own.
+	// The health check Docker runs is the binary's own, over HTTPS with
+	// the node's certificate.
 	for _, s := range services {
 		if out, code := p.exec(ctx, s, "/dmsc", "check-ready"); code != 0 {
 			t.Fatalf("%s: dmsc check-ready exited %d: %s", s, code, out)
 		}
 	}
+	must(t, timings.phase("APIs speak HTTPS to certified clients only", func() error {
+		return p.checkHTTPSOnly(ctx, services)
+	}))
+	must(t, timings.phase("operator CLI on the published port", func() error { return p.checkOperatorCLI(ctx) }))
+	must(t, timings.phase("a host without the gossip key stays out", func() error {
+		return p.checkRogueStaysOut(ctx, services)
+	}))
 
-	sdk := newSDK(t, p.serverAddrs(ctx, containerServers), 10)
+	sdk := p.newSDK(t, p.serverAddrs(ctx, containerServers), 10)
 	var acked []string
 	first, _, err := sdk.Allocate(ctx, client.AllocateRequest{Request: client.Request{
 		Claims: []wire.Claim{{Type: wire.GPU, Count: 1, Capabilities: wire.Capabilities{Resources: wire.Resources{MemoryGB: 80}}}},
@@ -100,7 +121,7 @@ func TestContainerCluster(t *testing.T) {
 	// and acknowledge writes within failoverWriteBound.
 	leader := mustLeader(ctx, t, p, containerServers)
 	t.Logf("leader: %s; docker kill", leader)
-	survivorAddrs := p.serverAddrs(ctx, without(containerServers, leader))
+	survivors := without(containerServers, leader)
 	killedAt := time.Now()
 	must(t, p.kill(ctx, leader))
 	// How long the survivors take to elect a ready leader, measured on
@@ -108,8 +129,8 @@ func TestContainerCluster(t *testing.T) {
 	elected := make(chan time.Duration, 1)
 	go func() {
 		err := pollUntil(ctx, failoverWriteBound, 20*time.Millisecond, func() error {
-			for _, addr := range survivorAddrs {
-				if st, err := readyOf(ctx, addr); err == nil && st.State == "Leader" && st.Ready {
+			for _, s := range survivors {
+				if st, err := p.readyOf(ctx, s); err == nil && st.State == "Leader" && st.Ready {
 					return nil
 				}
 			}
@@ -145,7 +166,7 @@ func TestContainerCluster(t *testing.T) {
 			return err
 		}
 		return pollUntil(ctx, clusterReadyBound, 250*time.Millisecond, func() error {
-			return nodeReady(ctx, p.addr(ctx, leader))
+			return p.nodeReady(ctx, leader)
 		})
 	}))
 
@@ -160,7 +181,7 @@ func TestContainerCluster(t *testing.T) {
 	isolatedAt := time.Now()
 	t.Logf("isolated %s (cluster IP %s, probe %s)", minority, clusterIP, probeAddr)
 
-	majoritySDK := newSDK(t, p.serverAddrs(ctx, majority), 20)
+	majoritySDK := p.newSDK(t, p.serverAddrs(ctx, majority), 20)
 	actx, acancel := context.WithTimeout(ctx, failoverWriteBound)
 	a, _, err := majoritySDK.Allocate(actx, cpuRequest(p.name+"-majority"))
 	acancel()
@@ -170,7 +191,7 @@ func TestContainerCluster(t *testing.T) {
 	timings.record("cut leader off -> majority acknowledges a write", time.Since(isolatedAt))
 	acked = append(acked, a.ID)
 
-	minoritySDK := newSDK(t, []string{probeAddr}, -1)
+	minoritySDK := p.newSDK(t, []string{probeAddr}, -1)
 	refusedStart := time.Now()
 	rctx, rcancel := context.WithTimeout(ctx, minorityRefusalBound)
 	refused, _, err := minoritySDK.Allocate(rctx, cpuRequest(p.name+"-minority"))
@@ -215,7 +236,7 @@ func TestContainerCluster(t *testing.T) {
 		})
 	}))
 	t.Logf("converged %v after reconnecting %s", time.Since(reconnectedAt).Round(time.Millisecond), minority)
-	rejoined := newSDK(t, []string{p.addr(ctx, minority)}, 20)
+	rejoined := p.newSDK(t, []string{p.addr(ctx, minority)}, 20)
 	a, _, err = rejoined.Allocate(ctx, cpuRequest(p.name+"-rejoined"))
 	if err != nil {
 		t.Fatalf("write through the rejoined server %s: %v", minority, err)
@@ -302,16 +323,22 @@ func pollUntil(ctx context.Context, bound, interval time.Duration, f func() erro
 	}
 }
 
-// newSDK is a client of addrs that sends a request at most retries+1
-// times (-1: once), each attempt bounded above the servers' 5 s no-leader
-// hold. Connections are given up after sdkDialTimeout: the address of a
-// killed container swallows SYNs (the bridge's neighbour entry is still
-// valid), as a crashed machine's does, and only the dial timeout stops a
-// client from waiting on it for the whole attempt.
-func newSDK(t *testing.T, addrs []string, retries int) *client.Client {
+// newSDK is a client of servers' addrs, over HTTPS with the operator's
+// client certificate, that sends a request at most retries+1 times (-1:
+// once), each attempt bounded above the servers' 5 s no-leader hold.
+// Connections are given up after sdkDialTimeout: the address of a killed
+// container swallows SYNs (the bridge's neighbour entry is still valid),
+// as a crashed machine's does, and only the dial timeout stops a client
+// from waiting on it for the whole attempt.
+func (p *composeProject) newSDK(t *testing.T, addrs []string, retries int) *client.Client {
 	t.Helper()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: sdkDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	tc, err := p.tlsFor(certs.RoleName(certs.Server)).TLSClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.TLSClientConfig = tc
 	c, err := client.New(client.Config{
 		Addresses: addrs, Timeout: 12 * time.Second, MaxRetries: retries,
 		RetryWait: 50 * time.Millisecond, RetryWaitMax: 500 * time.Millisecond,
@@ -356,11 +383,8 @@ func retryableRefusal(e *client.APIError) bool {
 }
 
 // nodeReady asks one node's /v1/ready.
-func nodeReady(ctx context.Context, addr string) error {
-	if addr == "" {
-		return errors.New("no address on the cluster network")
-	}
-	st, err := readyOf(ctx, addr)
+func (p *composeProject) nodeReady(ctx context.Context, service string) error {
+	st, err := p.readyOf(ctx, service)
 	if err != nil {
 		return err
 	}
@@ -370,17 +394,17 @@ func nodeReady(ctx context.Context, addr string) error {
 	return nil
 }
 
-func readyOf(ctx context.Context, addr string) (*wire.NodeStatus, error) {
-	c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 2 * time.Second, MaxRetries: -1})
+func (p *composeProject) readyOf(ctx context.Context, service string) (*wire.NodeStatus, error) {
+	c, err := p.apiClient(ctx, service, 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	return c.Ready(ctx)
 }
 
-// hostsUp checks that the server at addr has every host registered and up.
-func hostsUp(ctx context.Context, addr string, hosts []string) error {
-	c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 2 * time.Second, MaxRetries: -1})
+// hostsUp checks that server has every host registered and up.
+func (p *composeProject) hostsUp(ctx context.Context, server string, hosts []string) error {
+	c, err := p.apiClient(ctx, server, 2*time.Second)
 	if err != nil {
 		return err
 	}
@@ -406,7 +430,7 @@ func mustLeader(ctx context.Context, t *testing.T, p *composeProject, services [
 	var leader string
 	err := pollUntil(ctx, failoverWriteBound, 100*time.Millisecond, func() error {
 		for _, s := range services {
-			st, err := readyOf(ctx, p.addr(ctx, s))
+			st, err := p.readyOf(ctx, s)
 			if err == nil && st.State == "Leader" && st.Ready {
 				leader = s
 				return nil
@@ -437,15 +461,14 @@ func converged(ctx context.Context, p *composeProject, acked []string) error {
 	var refIndex uint64
 	var refState, refServer, refLeader string
 	for _, s := range containerServers {
-		addr := p.addr(ctx, s)
-		st, err := readyOf(ctx, addr)
+		st, err := p.readyOf(ctx, s)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)
 		}
 		if !st.Ready || !st.KnownLeader {
 			return fmt.Errorf("%s not ready: %+v", s, *st)
 		}
-		c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 5 * time.Second, MaxRetries: -1})
+		c, err := p.apiClient(ctx, s, 5*time.Second)
 		if err != nil {
 			return err
 		}
@@ -495,4 +518,238 @@ func describeAllocations(list []wire.Allocation) (string, map[string]bool) {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, " "), ids
+}
+
+// voters checks that server's Raft configuration is exactly want, every
+// one a voter.
+func (p *composeProject) voters(ctx context.Context, server string, want []string) error {
+	c, err := p.apiClient(ctx, server, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	cfg, err := c.RaftConfiguration(ctx)
+	if err != nil {
+		return err
+	}
+	voters := map[string]bool{}
+	for _, s := range cfg.Servers {
+		voters[s.ID] = s.Voter
+	}
+	for _, s := range want {
+		if !voters[s] {
+			return fmt.Errorf("%s is not a voter: %+v", s, cfg.Servers)
+		}
+	}
+	if len(cfg.Servers) != len(want) {
+		return fmt.Errorf("Raft configuration %+v, want the voters %v alone", cfg.Servers, want)
+	}
+	return nil
+}
+
+// checkHTTPSOnly checks every service's API: a GET over HTTPS with the
+// operator's client certificate answers 200; plain HTTP (a GET, and on
+// one server a write) is answered 400 by the TLS layer, before any
+// handler; HTTPS without a client certificate, or with one of another
+// CA, fails the handshake.
+func (p *composeProject) checkHTTPSOnly(ctx context.Context, services []string) error {
+	otherCA, otherCAKey, err := certs.NewCA(1)
+	if err != nil {
+		return err
+	}
+	otherCert, otherKey, err := certs.NewCert(otherCA, otherCAKey, certs.Request{Role: certs.Client})
+	if err != nil {
+		return err
+	}
+	foreign, err := tls.X509KeyPair(otherCert, otherKey)
+	if err != nil {
+		return err
+	}
+	for i, s := range services {
+		addr := p.addr(ctx, s)
+		if addr == "" {
+			return fmt.Errorf("%s has no address on the cluster network", s)
+		}
+		good, err := p.tlsFor(s).TLSClientConfig()
+		if err != nil {
+			return err
+		}
+		noCert := good.Clone()
+		noCert.Certificates = nil
+		wrongCA := good.Clone()
+		wrongCA.Certificates = []tls.Certificate{foreign}
+
+		if code, body, err := httpGet(ctx, good, addr+"/v1/health"); err != nil || code != http.StatusOK {
+			return fmt.Errorf("%s: HTTPS with the client certificate: %d %q, %v", s, code, body, err)
+		}
+		plain := "http://" + strings.TrimPrefix(addr, "https://")
+		if code, body, err := httpGet(ctx, nil, plain+"/v1/health"); err != nil || code != http.StatusBadRequest || !strings.Contains(body, "HTTPS") {
+			return fmt.Errorf("%s: plain HTTP: want 400 from the TLS layer, got %d %q, %v", s, code, body, err)
+		}
+		if i == 0 {
+			code, body, err := httpDo(ctx, nil, http.MethodPost, plain+"/v1/allocations",
+				`{"claims": [{"type": "GPU", "count": 1}]}`)
+			if err != nil || code != http.StatusBadRequest || !strings.Contains(body, "HTTPS") {
+				return fmt.Errorf("%s: plain HTTP write: want 400 from the TLS layer, got %d %q, %v", s, code, body, err)
+			}
+		}
+		for what, tc := range map[string]*tls.Config{"no client certificate": noCert, "a certificate of another CA": wrongCA} {
+			code, body, err := httpGet(ctx, tc, addr+"/v1/health")
+			if err == nil {
+				return fmt.Errorf("%s: HTTPS with %s answered %d %q; want the handshake refused", s, what, code, body)
+			}
+			var verr *tls.CertificateVerificationError
+			if errors.As(err, &verr) || !strings.Contains(err.Error(), "certificate") {
+				return fmt.Errorf("%s: HTTPS with %s: want the server to refuse the client's certificate, got %v", s, what, err)
+			}
+		}
+	}
+	return nil
+}
+
+// httpGet GETs url, over TLS with tc when set, and returns the status and
+// body.
+func httpGet(ctx context.Context, tc *tls.Config, url string) (int, string, error) {
+	return httpDo(ctx, tc, http.MethodGet, url, "")
+}
+
+func httpDo(ctx context.Context, tc *tls.Config, method, url, body string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tr := &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode, strings.TrimSpace(string(b)), err
+}
+
+// checkOperatorCLI runs the dmsc CLI on this machine, as an operator
+// would, against server-1's port published on 127.0.0.1, with the CA and
+// the client certificate secrets.sh made: it lists three voters. Without
+// the client certificate it is refused.
+func (p *composeProject) checkOperatorCLI(ctx context.Context) error {
+	published, err := p.compose(ctx, "port", "server-1", "4646")
+	if err != nil {
+		return err
+	}
+	env := []string{
+		"DMSC_ADDR=https://" + published,
+		"DMSC_CACERT=" + p.tls.CACert,
+		"DMSC_CLIENT_CERT=" + p.tls.ClientCert,
+		"DMSC_CLIENT_KEY=" + p.tls.ClientKey,
+		"DMSC_TLS_SERVER_NAME=",
+	}
+	out, err := runCommand(ctx, env, "", binary, "operator", "raft", "list-peers")
+	if err != nil {
+		return err
+	}
+	voters := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[3] == "true" {
+			voters[f[0]] = true
+		}
+	}
+	for _, s := range containerServers {
+		if !voters[s] {
+			return fmt.Errorf("dmsc operator raft list-peers on %s does not list %s as a voter:\n%s", published, s, out)
+		}
+	}
+	env = append(env, "DMSC_CLIENT_CERT=", "DMSC_CLIENT_KEY=")
+	if out, err := runCommand(ctx, env, "", binary, "operator", "raft", "list-peers"); err == nil {
+		return fmt.Errorf("dmsc operator raft list-peers without a client certificate succeeded:\n%s", out)
+	} else if !strings.Contains(err.Error(), "certificate") {
+		return fmt.Errorf("dmsc operator raft list-peers without a client certificate: want a refused handshake, got %v", err)
+	}
+	return nil
+}
+
+// rogueJoinAttempts is how many failed join attempts the rogue host must
+// have logged before the test looks for it in the cluster.
+const rogueJoinAttempts = 3
+
+// checkRogueStaysOut starts a host that has a certificate of the
+// cluster's CA (so that only the gossip key keeps it out) but no gossip
+// key, and checks that it tries to join several times and fails each
+// time, that no server ever lists it as a member or a host, that the
+// cluster still has exactly its own members, and that the rogue never
+// became ready. It removes the rogue at the end.
+func (p *composeProject) checkRogueStaysOut(ctx context.Context, services []string) error {
+	if err := p.startRogue(ctx); err != nil {
+		return err
+	}
+	var joined error
+	err := pollUntil(ctx, clusterReadyBound, 250*time.Millisecond, func() error {
+		for _, s := range containerServers {
+			c, err := p.apiClient(ctx, s, 2*time.Second)
+			if err != nil {
+				return err
+			}
+			members, err := c.Members(ctx)
+			if err != nil {
+				return fmt.Errorf("%s: members: %w", s, err)
+			}
+			for _, m := range members {
+				if m.ID == rogueService {
+					joined = fmt.Errorf("%s lists the rogue host without the gossip key as a member: %+v", s, m)
+					return nil
+				}
+			}
+		}
+		n, err := p.logCount(ctx, rogueService, "join failed; retrying")
+		if err != nil {
+			return err
+		}
+		if n < rogueJoinAttempts {
+			return fmt.Errorf("the rogue host logged %d failed joins, want %d", n, rogueJoinAttempts)
+		}
+		return nil
+	})
+	if joined != nil {
+		return joined
+	}
+	if err != nil {
+		return err
+	}
+	for _, s := range containerServers {
+		c, err := p.apiClient(ctx, s, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		members, err := c.Members(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: members: %w", s, err)
+		}
+		alive := map[string]bool{}
+		for _, m := range members {
+			alive[m.ID] = m.Status == "alive"
+		}
+		for _, want := range services {
+			if !alive[want] {
+				return fmt.Errorf("%s does not list %s as alive: %+v", s, want, members)
+			}
+		}
+		if len(members) != len(services) {
+			return fmt.Errorf("%s lists %d members, want %d: %+v", s, len(members), len(services), members)
+		}
+		hosts, _, err := c.Hosts(ctx, &client.QueryOptions{Consistent: true})
+		if err != nil {
+			return fmt.Errorf("%s: hosts: %w", s, err)
+		}
+		for _, h := range hosts {
+			if h.ID == rogueService {
+				return fmt.Errorf("%s registered the rogue host: %+v", s, h)
+			}
+		}
+	}
+	if st, err := p.readyOf(ctx, rogueService); err != nil || st.Ready {
+		return fmt.Errorf("the rogue host says it is ready (it joined someone): %+v, %v", st, err)
+	}
+	return p.removeRogue(ctx)
 }

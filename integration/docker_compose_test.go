@@ -2,11 +2,11 @@ package integration
 
 // Docker helpers of the container test (container_test.go): find a Docker
 // engine and a compose command, build the image the way `make image` does,
-// and drive one compose project of deploy/docker-compose.yml (containers,
-// IP addresses, kills, network cuts) under a name no other run uses. Every
-// resource a run creates carries its project name, which starts with
-// projectPrefix, so a run that was killed before its cleanup can be swept
-// by a later one.
+// make the cluster's secrets with deploy/compose/secrets.sh, and drive one
+// compose project of deploy/docker-compose.yml (containers, IP addresses,
+// kills, network cuts) under a name no other run uses. Every resource a
+// run creates carries its project name, which starts with projectPrefix,
+// so a run that was killed before its cleanup can be swept by a later one.
 
 import (
 	"bytes"
@@ -24,6 +24,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/internal/certs"
 )
 
 const (
@@ -127,6 +130,15 @@ type composeProject struct {
 	// image is the tag this run builds and runs.
 	image string
 	file  string
+	// override is the test's addition to the compose file: the rogue
+	// host (testdata/compose-rogue.yml).
+	override string
+	// secrets is the directory deploy/compose/secrets.sh fills for this
+	// run (DMSC_SECRETS_DIR); empty for a project being swept.
+	secrets string
+	// tls is how the test's clients speak to the nodes: the cluster's CA
+	// and the operator's client certificate, both made by secrets.sh.
+	tls client.TLSConfig
 	// ids are the container IDs by service, filled in by up.
 	ids map[string]string
 	// clusterNet is the compose network the nodes talk on.
@@ -136,11 +148,13 @@ type composeProject struct {
 	probeNet string
 }
 
-// newComposeProject names a fresh project and registers its teardown:
-// when the test failed, the end of every container's log is printed (and
-// the whole logs saved in the test's artifact directory); then the project
-// is brought down with its volumes, the probe network and the image are
-// removed, and the test fails if anything of the project is left.
+// newComposeProject names a fresh project, gives it a secrets directory
+// of its own, and registers its teardown: when the test failed, the end
+// of every container's log is printed (and the whole logs saved in the
+// test's artifact directory); then the project is brought down with its
+// volumes, the probe network and the image are removed, and the test
+// fails if anything of the project is left. The secrets directory goes
+// after the teardown.
 func newComposeProject(t *testing.T, tools *dockerTools) *composeProject {
 	t.Helper()
 	suffix := make([]byte, 5)
@@ -153,6 +167,8 @@ func newComposeProject(t *testing.T, tools *dockerTools) *composeProject {
 		t: t, tools: tools, root: root, name: name,
 		image:    imageRepo + ":" + name,
 		file:     filepath.Join(root, "deploy", "docker-compose.yml"),
+		override: filepath.Join(root, "integration", "testdata", "compose-rogue.yml"),
+		secrets:  filepath.Join(t.TempDir(), "secrets"),
 		ids:      map[string]string{},
 		probeNet: name + "-probe",
 	}
@@ -176,16 +192,68 @@ func newComposeProject(t *testing.T, tools *dockerTools) *composeProject {
 	return p
 }
 
-// env is the environment of every compose command: which image to run, and
-// server-1's HTTP port picked free so that runs never collide on it.
+// env is the environment of every compose command: which image to run,
+// server-1's HTTP port picked free so that runs never collide on it, and
+// this run's secrets.
 func (p *composeProject) env() []string {
-	return []string{"DMSC_IMAGE=" + p.image, "DMSC_HTTP_PORT=0"}
+	env := []string{"DMSC_IMAGE=" + p.image, "DMSC_HTTP_PORT=0"}
+	if p.secrets != "" {
+		env = append(env, "DMSC_SECRETS_DIR="+p.secrets)
+	}
+	return env
 }
 
-// compose runs a compose command of this project.
+// compose runs a compose command of this project: deploy/docker-compose.yml
+// and the test's rogue host, which starts only when named.
 func (p *composeProject) compose(ctx context.Context, args ...string) (string, error) {
-	full := append(append(append([]string(nil), p.tools.compose[1:]...), "-f", p.file, "-p", p.name), args...)
+	files := []string{"-f", p.file}
+	if p.override != "" {
+		files = append(files, "-f", p.override)
+	}
+	full := append(append(append(append([]string(nil), p.tools.compose[1:]...), files...), "-p", p.name), args...)
 	return runCommand(ctx, p.env(), p.root, p.tools.compose[0], full...)
+}
+
+// makeSecrets runs deploy/compose/secrets.sh, the step an operator runs
+// once (make compose-secrets), with this run's image and into its secrets
+// directory, and sets the test's client TLS from what it made: the CA and
+// the operator's client certificate.
+func (p *composeProject) makeSecrets(ctx context.Context) error {
+	env := []string{"DMSC_IMAGE=" + p.image}
+	if _, err := runCommand(ctx, env, p.root, "sh", filepath.Join(p.root, "deploy", "compose", "secrets.sh"), p.secrets); err != nil {
+		return err
+	}
+	p.tls = client.TLSConfig{
+		CACert:     filepath.Join(p.secrets, certs.CAFile),
+		ClientCert: filepath.Join(p.secrets, "client-0.pem"),
+		ClientKey:  filepath.Join(p.secrets, "client-0-key.pem"),
+	}
+	for _, f := range []string{p.tls.CACert, p.tls.ClientCert, p.tls.ClientKey, filepath.Join(p.secrets, "gossip.hcl")} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("secrets.sh did not make %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// tlsFor is the test's client TLS for nodes whose certificates must carry
+// name: a service name (secrets.sh puts it in the node's certificate), or
+// "server.dmsc" for any server.
+func (p *composeProject) tlsFor(name string) *client.TLSConfig {
+	t := p.tls
+	t.ServerName = name
+	return &t
+}
+
+// apiClient is an SDK client of one service's API on the cluster network,
+// checking that the service's certificate names it, and sending each
+// request once.
+func (p *composeProject) apiClient(ctx context.Context, service string, timeout time.Duration) (*client.Client, error) {
+	addr := p.addr(ctx, service)
+	if addr == "" {
+		return nil, fmt.Errorf("%s has no address on the cluster network", service)
+	}
+	return client.New(client.Config{Addresses: []string{addr}, Timeout: timeout, MaxRetries: -1, TLS: p.tlsFor(service)})
 }
 
 // buildImage builds the image as `make image` does: a static binary and
@@ -319,14 +387,14 @@ func (p *composeProject) networks(ctx context.Context, service string) (map[stri
 	return nets, nil
 }
 
-// addr is a service's HTTP API on the cluster network (empty when it is
+// addr is a service's HTTPS API on the cluster network (empty when it is
 // not attached or not running).
 func (p *composeProject) addr(ctx context.Context, service string) string {
 	nets, err := p.networks(ctx, service)
 	if err != nil || nets[p.clusterNet] == "" {
 		return ""
 	}
-	return "http://" + nets[p.clusterNet] + ":4646"
+	return "https://" + nets[p.clusterNet] + ":4646"
 }
 
 // kill sends SIGKILL to a service's container.
@@ -362,7 +430,7 @@ func (p *composeProject) exec(ctx context.Context, service string, args ...strin
 // isolate cuts a service off the cluster network (`docker network
 // disconnect`), after attaching it to the run's internal probe network so
 // that the test can still ask it things. It returns the service's cluster
-// IP, which reconnect asks for back, and its HTTP API on the probe
+// IP, which reconnect asks for back, and its HTTPS API on the probe
 // network. The probe network is internal (no gateway, no route out), so
 // nothing of the cluster is reachable through it.
 func (p *composeProject) isolate(ctx context.Context, service string) (clusterIP, probeAddr string, err error) {
@@ -389,7 +457,7 @@ func (p *composeProject) isolate(ctx context.Context, service string) (clusterIP
 	if nets[p.probeNet] == "" {
 		return "", "", fmt.Errorf("%s has no address on %s: %v", service, p.probeNet, nets)
 	}
-	return clusterIP, "http://" + nets[p.probeNet] + ":4646", nil
+	return clusterIP, "https://" + nets[p.probeNet] + ":4646", nil
 }
 
 // reconnect attaches an isolated service to the cluster network again and
@@ -542,4 +610,74 @@ func olderThan(created string, d time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// rogueService is the test's rogue host (testdata/compose-rogue.yml).
+const rogueService = "rogue-host"
+
+// startRogue starts the rogue host: a device host with a certificate of
+// the cluster's CA for its own name, made here, but without the gossip
+// key. Its directory, read by the agent as user 65532, is world-readable
+// inside the run's 0700 secrets directory, as secrets.sh does it.
+func (p *composeProject) startRogue(ctx context.Context) error {
+	dir := filepath.Join(p.secrets, rogueService)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(filepath.Join(p.secrets, certs.CAFile))
+	if err != nil {
+		return err
+	}
+	caKeyPEM, err := os.ReadFile(filepath.Join(p.secrets, certs.CAKeyFile))
+	if err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := certs.NewCert(caPEM, caKeyPEM, certs.Request{Role: certs.Host, Node: rogueService, DNS: []string{rogueService}})
+	if err != nil {
+		return err
+	}
+	devices := `{"devices": [{"id": "rogue-gpu0", "type": "GPU", "name": "NVIDIA H100 80GB HBM3", "capabilities": {"memory_gb": 80}}]}`
+	for name, b := range map[string][]byte{"ca.pem": caPEM, "agent.pem": certPEM, "agent-key.pem": keyPEM, "devices.json": []byte(devices)} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return err
+		}
+		if err := os.Chmod(filepath.Join(dir, name), 0o644); err != nil {
+			return err
+		}
+	}
+	// It is in a profile so that `up -d` leaves it alone: check that it
+	// did, or the cluster would have met it before its checks.
+	if id, err := p.compose(ctx, "--profile", "rogue", "ps", "-q", rogueService); err != nil || id != "" {
+		return fmt.Errorf("the rogue host has a container before the test starts it (%q, %v): was its profile ignored?", id, err)
+	}
+	if _, err := p.compose(ctx, "--profile", "rogue", "up", "-d", rogueService); err != nil {
+		return err
+	}
+	id, err := p.compose(ctx, "--profile", "rogue", "ps", "-q", rogueService)
+	if err != nil {
+		return err
+	}
+	if id == "" || strings.ContainsAny(id, " \n") {
+		return fmt.Errorf("service %s: container ID %q", rogueService, id)
+	}
+	p.ids[rogueService] = id
+	return nil
+}
+
+// removeRogue stops and removes the rogue host.
+func (p *composeProject) removeRogue(ctx context.Context) error {
+	_, err := p.compose(ctx, "--profile", "rogue", "rm", "-s", "-f", rogueService)
+	return err
+}
+
+// logCount counts the lines of a service's container log that contain s.
+func (p *composeProject) logCount(ctx context.Context, service, s string) (int, error) {
+	out, err := docker(ctx, "logs", p.ids[service])
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(out, s), nil
 }

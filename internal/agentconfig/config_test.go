@@ -13,6 +13,7 @@ import (
 
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/internal/certs"
 )
 
 type (
@@ -120,6 +121,20 @@ func TestPrecedenceFileEnvFlags(t *testing.T) {
 				if !c.Dev || !c.Server || c.BootstrapExpect != 1 || c.BindAddr != "127.0.0.1" || c.RaftPort != 0 ||
 					c.HTTPAddr != "127.0.0.1:0" || c.NodeName != "dev" {
 					t.Fatalf("config = %+v", c)
+				}
+			},
+		},
+		{
+			// The newcomer's one command: everything on loopback, plain
+			// HTTP, no gossip key; the deploy/ examples turn it all on.
+			name: "dev alone is loopback, plain HTTP",
+			args: []string{"-dev"},
+			check: func(t *testing.T, c *Config) {
+				if c.BindAddr != "127.0.0.1" || c.HTTPAddr != "127.0.0.1:4646" || c.TLSEnabled() || c.Encrypt != "" {
+					t.Fatalf("config = %+v", c)
+				}
+				if err := c.Validate(); err != nil {
+					t.Fatal(err)
 				}
 			},
 		},
@@ -263,7 +278,25 @@ func TestSettingsCoverTheFileSchema(t *testing.T) {
 	}
 }
 
+// deployTLSFiles is where deploy/ puts an agent's TLS files: the install
+// steps of deploy/README.md and systemd/dmsc.service, and dmsc.env.
+var deployTLSFiles = certs.Files{
+	CA:   "/etc/dmsc/tls/dmsc-agent-ca.pem",
+	Cert: "/etc/dmsc/tls/agent.pem",
+	Key:  "/etc/dmsc/tls/agent-key.pem",
+}
+
+// The example configs of deploy/ load, the cluster takes them, and they
+// run secured: TLS on with every check on, from the files the install
+// steps put in place, and, under the systemd unit (its environment file
+// systemd/dmsc.env over the config file), with a gossip key and a keyring
+// that survives restarts.
 func TestDeployExamplesLoad(t *testing.T) {
+	unitEnv := deployEnvFile(t)
+	key, err := cluster.GenerateGossipKey()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"server.hcl", "host.hcl", "server.json"} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join("..", "..", "deploy", name)
@@ -276,8 +309,100 @@ func TestDeployExamplesLoad(t *testing.T) {
 			if _, err := cluster.New(cc); err != nil {
 				t.Fatalf("cluster refuses %s: %v", name, err)
 			}
+			if !c.TLSEnabled() || c.TLSFiles() != deployTLSFiles {
+				t.Errorf("TLS files %+v, want %+v", c.TLSFiles(), deployTLSFiles)
+			}
+			if !c.TLSVerifyIncoming || !c.TLSVerifyServerHostname || !c.TLSVerifyHTTPSClient {
+				t.Errorf("verify_incoming %t, verify_server_hostname %t, verify_https_client %t: want all on",
+					c.TLSVerifyIncoming, c.TLSVerifyServerHostname, c.TLSVerifyHTTPSClient)
+			}
+			if c.Encrypt != "" {
+				t.Errorf("%s holds a gossip key; it belongs in the 0600 environment file", name)
+			}
+
+			// As the unit runs it, with a real key in place of the
+			// environment file's placeholder.
+			e := env{}
+			for k, v := range unitEnv {
+				e[k] = v
+			}
+			e["DMSC_CONFIG"], e["DMSC_ENCRYPT"] = path, key
+			u, err := Load(nil, e.get)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Encrypt != key {
+				t.Errorf("under the unit, encrypt = %q, want the environment file's key", u.Encrypt)
+			}
+			if u.TLSFiles() != deployTLSFiles || !u.TLSVerifyHTTPSClient {
+				t.Errorf("under the unit, TLS files %+v, verify_https_client %t", u.TLSFiles(), u.TLSVerifyHTTPSClient)
+			}
+			if u.KeyringFile == "" && u.DataDir == "" {
+				t.Errorf("no keyring_file and no data_dir: a rotated gossip key would not survive a restart")
+			}
 		})
 	}
+}
+
+// The systemd unit's environment file sets, and names in its commented
+// lines, only variables the agent knows; it sets the gossip key and the
+// TLS files; and it fails closed: until its placeholder gossip key is
+// replaced, the agent refuses to start.
+func TestDeploySystemdEnv(t *testing.T) {
+	known := map[string]bool{"DMSC_CONFIG": true}
+	for _, s := range Settings {
+		known[s.Env] = true
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "dmsc.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "#"), "=")
+		if ok && strings.HasPrefix(name, "DMSC_") && !strings.Contains(name, " ") && !known[name] {
+			t.Errorf("dmsc.env names %s, which is no agent setting", name)
+		}
+	}
+	unitEnv := deployEnvFile(t)
+	for _, k := range []string{"DMSC_CONFIG", "DMSC_ENCRYPT", "DMSC_TLS_CA_FILE", "DMSC_TLS_CERT_FILE", "DMSC_TLS_KEY_FILE"} {
+		if unitEnv[k] == "" {
+			t.Errorf("dmsc.env does not set %s", k)
+		}
+	}
+	if got := (certs.Files{CA: unitEnv["DMSC_TLS_CA_FILE"], Cert: unitEnv["DMSC_TLS_CERT_FILE"], Key: unitEnv["DMSC_TLS_KEY_FILE"]}); got != deployTLSFiles {
+		t.Errorf("dmsc.env's TLS files %+v, want %+v", got, deployTLSFiles)
+	}
+	e := env{}
+	for k, v := range unitEnv {
+		e[k] = v
+	}
+	e["DMSC_CONFIG"] = filepath.Join("..", "..", "deploy", "server.hcl")
+	if _, err := Load(nil, e.get); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "gossip key") {
+		t.Fatalf("with the placeholder gossip key, Load = %v; want the key refused", err)
+	}
+}
+
+// deployEnvFile is what deploy/systemd/dmsc.env sets, as systemd reads it
+// (KEY=VALUE lines; blank and # lines skipped).
+func deployEnvFile(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "dmsc.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("dmsc.env line %d is not KEY=VALUE: %q", i+1, line)
+		}
+		vars[k] = v
+	}
+	return vars
 }
 
 // fileKeys lists every key the file schema knows.
