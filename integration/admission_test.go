@@ -72,9 +72,9 @@ func settledIndexes(t *testing.T, ctx context.Context, c *Cluster) []string {
 
 // outsiderServer prepares a server agent that is not one of c's: the
 // command line of issue 11, `dmsc agent -server -bootstrap-expect 3
-// -join <s1's gossip address>`, with extraArgs (no gossip key and no
-// certificate unless they give them). It is killed when the test ends,
-// and its log printed if the test failed.
+// -join <s1's gossip address>`, with the harness's server timings and
+// extraArgs (no gossip key and no certificate unless they give them). It
+// is killed when the test ends, and its log printed if the test failed.
 func outsiderServer(t *testing.T, c *Cluster, name string, extraArgs ...string) *Process {
 	t.Helper()
 	p := newProcess(t, name, true, t.ArtifactDir())
