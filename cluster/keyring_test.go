@@ -248,6 +248,20 @@ func TestKeyringRotation(t *testing.T) {
 	}
 	leader = tc.waitLeader()
 	waitHost(t, leader, "h1", true, 1, fsm.Available)
+	// Ready is Raft's word: the restarted server may not have rejoined
+	// gossip yet, and its list asks the members it sees.
+	poll(t, 10*time.Second, "the restarted server to see every member alive", func() error {
+		alive := 0
+		for _, m := range back.Members() {
+			if m.Status == MemberAlive {
+				alive++
+			}
+		}
+		if alive != 5 {
+			return fmt.Errorf("%d members alive", alive)
+		}
+		return nil
+	})
 	res, err = back.Keyring(ctx, KeyringList, "")
 	if err != nil {
 		t.Fatal(err)

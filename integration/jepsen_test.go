@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,6 +80,17 @@ type runSpec struct {
 	clients  int
 	duration time.Duration
 	seed     uint64
+	// secure runs the cluster with TLS (Options.TLS) and gossip
+	// encryption on.
+	secure bool
+}
+
+// tlsWord is how a line shows whether a run had TLS on.
+func tlsWord(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // runReport is what a run measured.
@@ -92,8 +104,27 @@ type runReport struct {
 
 // TestLinearizable runs the fault-injection test: in CI a few short
 // randomized runs on 3 and 5 servers; with -soak D, runs one after
-// another for D. -seed N (or DMSC_SEED=N) replays the runs of a seed.
+// another for D (every other pair of runs with TLS and gossip encryption
+// on). -seed N (or DMSC_SEED=N) replays the runs of a seed.
 func TestLinearizable(t *testing.T) {
+	jepsenSuite(t, false)
+}
+
+// TestLinearizableTLS is TestLinearizable on a cluster with TLS and
+// gossip encryption on: every write, forwarded write, read index and
+// Raft message goes over mutual TLS while servers are killed, frozen and
+// partitioned. One run on 3 servers; with -soak, TestLinearizable's runs
+// cover TLS and this one is skipped.
+func TestLinearizableTLS(t *testing.T) {
+	if *soakFlag > 0 {
+		t.Skip("with -soak, TestLinearizable alternates runs with TLS on and off")
+	}
+	jepsenSuite(t, true)
+}
+
+// jepsenSuite makes the runs of TestLinearizable (secure false) or
+// TestLinearizableTLS (secure true) and prints their total.
+func jepsenSuite(t *testing.T, secure bool) {
 	seed := *seedFlag
 	if seed == 0 {
 		if v := os.Getenv(seedEnv); v != "" {
@@ -107,13 +138,17 @@ func TestLinearizable(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	fmt.Printf("jepsen: seed=%d (replay: go test ./integration -run TestLinearizable -seed %d)\n", seed, seed)
+	fmt.Printf("jepsen: seed=%d (replay: go test ./integration -run '^%s$' -seed %d)\n", seed, t.Name(), seed)
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	var specs []runSpec
 	switch {
 	case *soakFlag > 0:
+	case secure && testing.Short():
+		specs = []runSpec{{servers: 3, duration: 12 * time.Second, secure: true}}
+	case secure:
+		specs = []runSpec{{servers: 3, duration: 18 * time.Second, secure: true}}
 	case testing.Short():
 		specs = []runSpec{{servers: 3, duration: 12 * time.Second}}
 	default:
@@ -126,7 +161,7 @@ func TestLinearizable(t *testing.T) {
 	began := time.Now()
 	var total runReport
 	total.faults = map[faultKind]int{}
-	runs := 0
+	runs, tlsRuns := 0, 0
 	for i := 0; ; i++ {
 		var spec runSpec
 		if *soakFlag > 0 {
@@ -134,7 +169,7 @@ func TestLinearizable(t *testing.T) {
 			if left < 20*time.Second {
 				break
 			}
-			spec = runSpec{servers: 3 + 2*(i%2), duration: min(2*time.Minute, left-15*time.Second)}
+			spec = runSpec{servers: 3 + 2*(i%2), duration: min(2*time.Minute, left-15*time.Second), secure: (i/2)%2 == 1}
 		} else if i < len(specs) {
 			spec = specs[i]
 		} else {
@@ -144,11 +179,18 @@ func TestLinearizable(t *testing.T) {
 		spec.hosts = 2
 		spec.clients = spec.servers + 2
 		spec.seed = rng.Uint64()
+		name := fmt.Sprintf("run%d-%dservers", spec.n, spec.servers)
+		if spec.secure {
+			name += "-tls"
+		}
 		var rep runReport
-		ok := t.Run(fmt.Sprintf("run%d-%dservers", spec.n, spec.servers), func(t *testing.T) {
+		ok := t.Run(name, func(t *testing.T) {
 			rep = jepsenRun(t, spec)
 		})
 		runs++
+		if spec.secure {
+			tlsRuns++
+		}
 		total.ops += rep.ops
 		total.checked += rep.checked
 		total.unknown += rep.unknown
@@ -162,8 +204,8 @@ func TestLinearizable(t *testing.T) {
 			break
 		}
 	}
-	line := fmt.Sprintf("jepsen: total seed=%d runs=%d ops=%d checked=%d unknown=%d resolved=%d faults{%s} violations=%d failover_median_ms=%d failovers=%d took=%v",
-		seed, runs, total.ops, total.checked, total.unknown, total.resolved, formatFaults(total.faults),
+	line := fmt.Sprintf("jepsen: total seed=%d runs=%d tls_runs=%d ops=%d checked=%d unknown=%d resolved=%d faults{%s} violations=%d failover_median_ms=%d failovers=%d took=%v",
+		seed, runs, tlsRuns, total.ops, total.checked, total.unknown, total.resolved, formatFaults(total.faults),
 		len(total.violations), median(total.failovers).Milliseconds(), len(total.failovers), time.Since(began).Round(time.Second))
 	fmt.Println(line)
 	t.Log(line)
@@ -174,8 +216,8 @@ func TestLinearizable(t *testing.T) {
 func jepsenRun(t *testing.T, spec runSpec) runReport {
 	began := time.Now()
 	rep := runReport{}
-	fmt.Printf("jepsen: run %d: seed=%d servers=%d hosts=%d clients=%d duration=%v\n",
-		spec.n, spec.seed, spec.servers, spec.hosts, spec.clients, spec.duration)
+	fmt.Printf("jepsen: run %d: seed=%d servers=%d tls=%s hosts=%d clients=%d duration=%v\n",
+		spec.n, spec.seed, spec.servers, tlsWord(spec.secure), spec.hosts, spec.clients, spec.duration)
 	rng := rand.New(rand.NewPCG(spec.seed, 2))
 
 	parts, err := newPartitioner(t)
@@ -184,10 +226,19 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 		fmt.Printf("jepsen: run %d: partitions disabled: %v\n", spec.n, err)
 		parts = nil
 	}
-	c := NewCluster(t, Options{
+	opts := Options{
 		Servers: spec.servers, Hosts: spec.hosts, Devices: jepsenDevices,
 		ServerArgs: jepsenServerArgs, HostArgs: jepsenHostArgs,
-	})
+	}
+	if spec.secure {
+		// Every agent gets its certificate from the harness's CA and the
+		// same gossip key.
+		key := keygen(t, t.Context())
+		opts.TLS = true
+		opts.ServerArgs = append(slices.Clone(jepsenServerArgs), "-encrypt", key)
+		opts.HostArgs = append(slices.Clone(jepsenHostArgs), "-encrypt", key)
+	}
+	c := NewCluster(t, opts)
 	if parts != nil {
 		parts.attach(c.All())
 	}
@@ -205,6 +256,17 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 		}
 	}
 	waitDevices(t, ctx, c, len(catalog))
+	if spec.secure {
+		// The API answered over HTTPS with the harness's client
+		// certificate; every member encrypts gossip with the one key.
+		var kr wire.KeyringResponse
+		if err := c.Get(ctx, c.Servers[0], "/v1/operator/keyring", &kr); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(c.All()); kr.Members != n || len(kr.Keys) != 1 || kr.Keys[0].Primary != n {
+			t.Fatalf("gossip keyring %+v, want one key, primary on all %d members", kr, n)
+		}
+	}
 
 	c.AttemptTimeout = 3 * time.Second
 	w := &workload{c: c, model: newAllocModel(catalog), start: time.Now(), opTimeout: 20 * time.Second, leaseTTL: 2 * time.Hour}
@@ -262,8 +324,8 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 		t.Errorf("history, visualization and logs saved in %s", dir)
 	}
 	rep.took = time.Since(began)
-	fmt.Printf("jepsen: run %d: seed=%d servers=%d ops=%d checked=%d unknown=%d resolved=%d linearizable=%s faults{%s} violations=%d failover_median_ms=%d took=%v\n",
-		spec.n, spec.seed, spec.servers, rep.ops, rep.checked, rep.unknown, rep.resolved, check.result,
+	fmt.Printf("jepsen: run %d: seed=%d servers=%d tls=%s ops=%d checked=%d unknown=%d resolved=%d linearizable=%s faults{%s} violations=%d failover_median_ms=%d took=%v\n",
+		spec.n, spec.seed, spec.servers, tlsWord(spec.secure), rep.ops, rep.checked, rep.unknown, rep.resolved, check.result,
 		formatFaults(rep.faults), len(rep.violations), median(rep.failovers).Milliseconds(), rep.took.Round(100*time.Millisecond))
 	return rep
 }
