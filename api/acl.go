@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -157,10 +156,7 @@ func tokenSecret(r *http.Request) string {
 }
 
 // hashSecret is what the state keeps of a secret: its SHA-256 in hex.
-func hashSecret(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
-}
+func hashSecret(secret string) string { return fsm.HashACLSecret(secret) }
 
 // resolveToken finds the request's token in the local replica: an
 // unknown or expired secret is 401 unauthorized; no secret is the

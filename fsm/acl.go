@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"sort"
 )
@@ -164,6 +166,13 @@ func validACLName(s string) bool {
 		}
 	}
 	return true
+}
+
+// HashACLSecret is what the state keeps of a token's secret, and what a
+// secret is looked up by: its SHA-256 in lower-case hex.
+func HashACLSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
 }
 
 // validSecretHash is 64 lower-case hex digits.
