@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/dmsc/dmsc/cluster"
@@ -42,6 +43,7 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	wait = wait || body.Wait
+	fsm.SetNamespace(cmd, callerOf(r.Context()).namespace)
 	res, err := s.write(w, r, cmd, body.RequestID)
 	if err != nil {
 		return err
@@ -141,10 +143,11 @@ func (s *Server) allocationPage(w http.ResponseWriter, r *http.Request, live, hi
 		page []*fsm.Allocation
 		next string
 	)
+	inNS := namespaceFilter(r.Context())
 	err = s.read(w, r, func(st *fsm.State) {
 		var list []*fsm.Allocation
 		keep := func(a *fsm.Allocation) bool {
-			if f.match(st, a) {
+			if inNS(a.Namespace) && f.match(st, a) {
 				list = append(list, a)
 			}
 			return true
@@ -175,6 +178,8 @@ func (s *Server) getQueue(w http.ResponseWriter, r *http.Request) error {
 	if err := s.read(w, r, func(st *fsm.State) { queue = st.Queue() }); err != nil {
 		return err
 	}
+	inNS := namespaceFilter(r.Context())
+	queue = slices.DeleteFunc(queue, func(a *fsm.Allocation) bool { return !inNS(a.Namespace) })
 	writeJSON(w, r, http.StatusOK, mapSlice(queue, allocationToWire))
 	return nil
 }
@@ -186,8 +191,8 @@ func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
 	if err := s.read(w, r, func(st *fsm.State) { a, _ = st.Allocation(id) }); err != nil {
 		return err
 	}
-	if a == nil {
-		return notFound("allocation", id)
+	if a == nil || !namespaceFilter(r.Context())(a.Namespace) {
+		return notFound("allocation", id) // another namespace's is not found either
 	}
 	writeJSON(w, r, http.StatusOK, allocationToWire(a))
 	return nil
@@ -195,6 +200,7 @@ func (s *Server) getAllocation(w http.ResponseWriter, r *http.Request) error {
 
 // allocationWrite serves release, renew and cancel.
 func (s *Server) allocationWrite(w http.ResponseWriter, r *http.Request, cmd fsm.Command, bodyID string) error {
+	fsm.SetNamespace(cmd, callerOf(r.Context()).namespace) // another namespace's allocation is not found
 	res, err := s.write(w, r, cmd, bodyID)
 	if err != nil {
 		return err

@@ -236,6 +236,8 @@ type testEnv struct {
 	t   *testing.T
 	b   *fakeBackend
 	srv *Server
+	// token, when set, is sent with every request that names none.
+	token string
 }
 
 func newEnv(t *testing.T, opts Options) *testEnv {
@@ -277,6 +279,9 @@ func (e *testEnv) do(method, path, body string, headers ...string) *resp {
 	req := httptest.NewRequest(method, path, rd)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
+	}
+	if e.token != "" && req.Header.Get(wire.HeaderToken) == "" && req.Header.Get("Authorization") == "" {
+		req.Header.Set(wire.HeaderToken, e.token)
 	}
 	rec := httptest.NewRecorder()
 	e.srv.ServeHTTP(rec, req)

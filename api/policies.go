@@ -111,7 +111,7 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f := fsm.StatsFilter{Type: typ, Pool: q.Get("pool")}
+	f := fsm.StatsFilter{Type: typ, Pool: q.Get("pool"), Namespaces: statsNamespaces(r.Context())}
 	var out []fsm.Stats
 	if err := s.read(w, r, func(st *fsm.State) { out = st.Stats(f) }); err != nil {
 		return err
@@ -127,7 +127,8 @@ func (s *Server) getRecommendations(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	var out []fsm.Recommendation
-	if err := s.read(w, r, func(st *fsm.State) { out = st.Recommend(typ) }); err != nil {
+	ns := statsNamespaces(r.Context())
+	if err := s.read(w, r, func(st *fsm.State) { out = st.Recommend(typ, ns...) }); err != nil {
 		return err
 	}
 	writeJSON(w, r, http.StatusOK, mapSlice(out, recommendationToWire))

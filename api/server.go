@@ -61,6 +61,9 @@ type Options struct {
 	Ready func() bool
 	// EnableDebug serves /debug/pprof/.
 	EnableDebug bool
+	// ACLEnabled checks every request's token against its route's
+	// capability (api/acl.go).
+	ACLEnabled bool
 	// MaxInFlight bounds the requests served at once, blocking queries
 	// and probes aside; one more is answered 429 overloaded.
 	MaxInFlight int
@@ -198,7 +201,7 @@ func (p *probeWriter) WriteHeader(code int) {
 }
 
 // wrap adds to a route's handler what every request gets: the concurrency
-// limit, the body cap, error answers, metrics and a debug log line.
+// limit, the body cap, the ACL check, error answers, metrics and a debug log line.
 func (s *Server) wrap(rt route) http.Handler {
 	label := rt.pattern()
 	limit := rt.bodyLimit(&s.opts)
@@ -219,7 +222,9 @@ func (s *Server) wrap(rt route) http.Handler {
 			if r.Body != nil && limit > 0 {
 				r.Body = http.MaxBytesReader(sw, r.Body, limit)
 			}
-			err = rt.handle(s, sw, r)
+			if r, err = s.authorize(r, rt); err == nil {
+				err = rt.handle(s, sw, r)
+			}
 		}
 		sl.release()
 		if err != nil {

@@ -62,6 +62,9 @@ func (c *Client) Allocate(ctx context.Context, req AllocateRequest, opts ...Allo
 	}
 	rq := &request{method: http.MethodPost, path: "/v1/allocations", body: body, ctype: "application/json",
 		write: true, idempotent: true, requestID: req.RequestID}
+	if req.Namespace != "" {
+		rq.query = url.Values{"namespace": {req.Namespace}}
+	}
 	if req.Wait {
 		rq.extra = min(req.Timeout.Std(), 10*time.Minute) + allocateWaitGrace
 	}

@@ -43,7 +43,10 @@ const (
 	AddressEnv = "DMSC_ADDR"
 	// TokenEnv names the environment variable with the token, used when
 	// Config.Token is empty.
-	TokenEnv          = "DMSC_TOKEN"
+	TokenEnv = "DMSC_TOKEN"
+	// NamespaceEnv names the environment variable with the namespace,
+	// used when Config.Namespace is empty.
+	NamespaceEnv      = "DMSC_NAMESPACE"
 	DefaultTimeout    = 60 * time.Second
 	DefaultMaxRetries = 10
 	DefaultRetryWait  = 50 * time.Millisecond
@@ -72,6 +75,12 @@ type Config struct {
 	// Token is sent as "Authorization: Bearer <token>"; empty takes
 	// $DMSC_TOKEN.
 	Token string
+	// Namespace is the namespace allocations, the queue, the history,
+	// statistics and recommendations are asked in (sent as ?namespace=
+	// unless a call names its own); empty takes $DMSC_NAMESPACE, else the
+	// server's default ("default"). "*" reads every namespace the token
+	// may read.
+	Namespace string
 	// Timeout bounds one attempt of a request; the wait of a blocking
 	// query or of an allocation waiting to be placed is added to it. The
 	// context bounds the whole call, retries included.
@@ -148,6 +157,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if c.cfg.Token == "" {
 		c.cfg.Token = os.Getenv(TokenEnv)
+	}
+	if c.cfg.Namespace == "" {
+		c.cfg.Namespace = os.Getenv(NamespaceEnv)
 	}
 	if c.cfg.Timeout <= 0 {
 		c.cfg.Timeout = DefaultTimeout
@@ -324,6 +336,16 @@ func (a *answer) writeMeta() *WriteMeta {
 	m := &WriteMeta{RequestID: a.header.Get(wire.HeaderRequestID), Address: a.address}
 	m.Index, _ = strconv.ParseUint(a.header.Get(wire.HeaderIndex), 10, 64)
 	return m
+}
+
+// namespacedPath reports whether a route acts in a namespace.
+func namespacedPath(path string) bool {
+	for _, p := range []string{"/v1/allocations", "/v1/queue", "/v1/history", "/v1/stats", "/v1/recommendations"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // get is a read with query options.
@@ -523,8 +545,15 @@ func (c *Client) once(ctx context.Context, addr string, rq *request) (ans *answe
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	u := addr + rq.path
-	if len(rq.query) > 0 {
-		u += "?" + rq.query.Encode()
+	query := rq.query
+	if c.cfg.Namespace != "" && namespacedPath(rq.path) && !query.Has("namespace") {
+		query = url.Values{"namespace": {c.cfg.Namespace}}
+		for k, v := range rq.query {
+			query[k] = v
+		}
+	}
+	if len(query) > 0 {
+		u += "?" + query.Encode()
 	}
 	var body io.Reader
 	if rq.body != nil {

@@ -81,6 +81,11 @@ var (
 	// ErrForbidden: the caller may not do this (with TLS on, a write
 	// that only a server's API takes, sent to a host's).
 	ErrForbidden = sentinel(wire.CodeForbidden, "forbidden")
+	// ErrUnauthorized: with ACLs on, the token is unknown or expired.
+	ErrUnauthorized = sentinel(wire.CodeUnauthorized, "ACL token unknown or expired")
+	// ErrPermissionDenied: with ACLs on, the token does not grant what the
+	// call needs (the message names the capability).
+	ErrPermissionDenied = sentinel(wire.CodePermissionDenied, "permission denied")
 	// ErrMethodNotAllowed: the path exists with other methods.
 	ErrMethodNotAllowed = sentinel(wire.CodeMethodNotAllowed, "method not allowed")
 	// ErrOverloaded: the node has too many requests in flight. Retryable.
@@ -119,6 +124,10 @@ func codeOfStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest:
 		return wire.CodeBadRequest
+	case http.StatusUnauthorized:
+		return wire.CodeUnauthorized
+	case http.StatusForbidden:
+		return wire.CodePermissionDenied
 	case http.StatusNotFound:
 		return wire.CodeNotFound
 	case http.StatusMethodNotAllowed:

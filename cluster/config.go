@@ -133,6 +133,13 @@ type Config struct {
 	// InventoryInterval is how often Inventory is re-read to notice changes.
 	InventoryInterval time.Duration
 
+	// ACLEnabled makes the leader register a host only when the ACL token
+	// the host sends with its inventory exists, has not expired and may
+	// register that host (a policy's host_register names it).
+	ACLEnabled bool
+	// ACLToken is this node's own token secret, sent with its inventory.
+	ACLToken string
+
 	// TLS, when set, secures Raft and the node RPC with the cluster's
 	// certificates (see DESIGN.md, "TLS"): both ports speak TLS only,
 	// with mutual TLS, and every RPC call is authorized by the role in

@@ -27,6 +27,9 @@ var (
 	// ErrNotServer: the operation needs the replicated state, which a host
 	// node does not hold. Retryable on a server.
 	ErrNotServer = &fsm.Error{Code: wire.CodeNotServer, Message: "node is not a server"}
+	// ErrHostToken: with ACLs on, a host's inventory came without a token
+	// that may register it; the host is not registered.
+	ErrHostToken = &fsm.Error{Code: wire.CodePermissionDenied, Message: "host token may not register this host"}
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = &fsm.Error{Code: "bad_config", Message: "invalid configuration"}
 )

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/transport"
@@ -49,6 +50,35 @@ func (n *Node) RPCInventory(ctx context.Context) (transport.InventoryResponse, e
 		return transport.InventoryResponse{}, &fsm.Error{Code: fsm.ErrNotFound.Code, Message: "node " + n.cfg.NodeID + " carries no devices"}
 	}
 	n.invMu.Lock()
-	defer n.invMu.Unlock()
-	return n.inv, nil
+	inv := n.inv
+	n.invMu.Unlock()
+	inv.Token = n.cfg.ACLToken
+	return inv, nil
+}
+
+// checkHostToken says whether the token a host sent may register it.
+func (n *Node) checkHostToken(id, secret string) error {
+	if secret == "" {
+		return fmt.Errorf("%w: host %s sent no token (acl { token } in its config)", ErrHostToken, id)
+	}
+	var (
+		tok fsm.ACLToken
+		ok  bool
+		may bool
+	)
+	hash := fsm.HashACLSecret(secret)
+	n.fsm.Read(func(s *fsm.State) {
+		if tok, ok = s.ACLTokenBySecretHash(hash); ok {
+			may = s.Authorizer(tok).MayRegisterHost(id)
+		}
+	})
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: host %s sent an unknown token", ErrHostToken, id)
+	case tok.ExpiresAt != 0 && tok.ExpiresAt <= time.Now().UnixNano():
+		return fmt.Errorf("%w: host %s sent an expired token (accessor %s)", ErrHostToken, id, tok.AccessorID)
+	case !may:
+		return fmt.Errorf("%w: the token of host %s (accessor %s) may not register it", ErrHostToken, id, tok.AccessorID)
+	}
+	return nil
 }

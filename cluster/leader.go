@@ -288,6 +288,11 @@ func (n *Node) registerHost(ctx context.Context, m memberInfo) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if n.cfg.ACLEnabled {
+		if err := n.checkHostToken(m.id, inv.Token); err != nil {
+			return "", err
+		}
+	}
 	hash := transport.InventoryHash(inv)
 	spec := inv.Host
 	spec.ID = m.id

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"sort"
 )
@@ -119,6 +121,10 @@ type ACLPolicyDelete struct {
 type ACLTokenUpsert struct {
 	Meta
 	Token ACLToken `json:"token"`
+	// TTL, when set, ends the token that long after the command's time
+	// (ExpiresAt = Time + TTL), so that the expiry comes from the leader's
+	// clock.
+	TTL int64 `json:"ttl,omitempty"`
 }
 
 // ACLTokenDelete deletes a token.
@@ -160,6 +166,13 @@ func validACLName(s string) bool {
 		}
 	}
 	return true
+}
+
+// HashACLSecret is what the state keeps of a token's secret, and what a
+// secret is looked up by: its SHA-256 in lower-case hex.
+func HashACLSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
 }
 
 // validSecretHash is 64 lower-case hex digits.
@@ -291,6 +304,12 @@ func (s *State) aclPolicyDelete(c *ACLPolicyDelete) Result {
 
 func (s *State) aclTokenUpsert(idx uint64, c *ACLTokenUpsert) Result {
 	t := c.Token
+	if c.TTL < 0 {
+		return Result{Err: errf(ErrInvalid, "negative token TTL")}
+	}
+	if c.TTL > 0 {
+		t.ExpiresAt = c.Time + c.TTL
+	}
 	if old := s.acl.tokens[t.AccessorID]; old != nil && old.Management != t.Management {
 		return Result{Err: errf(ErrInvalid, "a token's management flag cannot change")}
 	}
@@ -444,6 +463,27 @@ func (a *Authorizer) Allowed(area Area, ns string, write bool) bool {
 		return !write
 	}
 	return false
+}
+
+// ReadableNamespaces says which namespaces' allocations the token may
+// read: all of them (a management token, or a "*" rule of read or write
+// and no deny), else the namespaces its rules name with read or write.
+func (a *Authorizer) ReadableNamespaces() (all bool, names []string) {
+	if a.management {
+		return true, nil
+	}
+	wild := a.namespaces["*"]
+	all = wild == AccessRead || wild == AccessWrite
+	for ns, acc := range a.namespaces {
+		if acc == AccessDeny {
+			all = false
+		}
+		if ns != "*" && (acc == AccessRead || acc == AccessWrite) {
+			names = append(names, ns)
+		}
+	}
+	sort.Strings(names)
+	return all, names
 }
 
 // MayRegisterHost reports whether the token may register devices as host

@@ -96,6 +96,10 @@ type ReadIndexResponse struct {
 type InventoryResponse struct {
 	Host    fsm.HostSpec     `json:"host"`
 	Devices []fsm.DeviceSpec `json:"devices"`
+	// Token is the host's ACL token secret (its acl { token }): with ACLs
+	// on, the leader registers the host only when the token may register
+	// it. Not part of InventoryHash.
+	Token string `json:"token,omitempty"`
 }
 
 // StatusResponse tells a starting server whether a peer already belongs to
@@ -328,6 +332,7 @@ func (s *RPCServer) Shutdown(ctx context.Context) error {
 // hash of its current inventory in gossip; the leader compares it with the
 // hash of the inventory it registered to notice a change.
 func InventoryHash(inv InventoryResponse) string {
+	inv.Token = ""
 	b, _ := json.Marshal(inv)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])

@@ -25,6 +25,9 @@ const (
 	HeaderKnownLeader = "X-Dmsc-Known-Leader"
 	// HeaderRequestID carries a write's request ID, both ways.
 	HeaderRequestID = "X-Request-Id"
+	// HeaderToken carries an ACL token's secret (request header); an
+	// "Authorization: Bearer <secret>" header is the same.
+	HeaderToken = "X-Dmsc-Token"
 )
 
 // Error codes (Error.Code). They are stable: clients match on them.
@@ -72,6 +75,13 @@ const (
 	// CodeForbidden: the caller is known but may not do this (a node
 	// whose certificate's role does not allow the call).
 	CodeForbidden = "forbidden"
+	// CodeUnauthorized: with ACLs on, the request's token is unknown or
+	// expired (HTTP 401). A request without a token is the anonymous
+	// token's.
+	CodeUnauthorized = "unauthorized"
+	// CodePermissionDenied: with ACLs on, the request's token does not
+	// grant the route's capability (HTTP 403).
+	CodePermissionDenied = "permission_denied"
 )
 
 // RetryableCode reports whether an error with this code may succeed if
@@ -171,6 +181,9 @@ type Request struct {
 // AllocateRequest is the body of POST /v1/allocations.
 type AllocateRequest struct {
 	Request
+	// Namespace is the namespace the allocation belongs to ("default"
+	// when empty); ?namespace= may name it instead.
+	Namespace string `json:"namespace,omitempty"`
 	// RequestID makes the request idempotent: sending it again returns the
 	// first answer. Optional; the X-Request-Id header may carry it instead.
 	RequestID string `json:"request_id,omitempty"`

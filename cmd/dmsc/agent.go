@@ -196,7 +196,7 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := registerSample(runCtx, node, log, httpAddr); err != nil {
+			if err := registerSample(runCtx, node, log, httpAddr, cfg.ACLEnabled); err != nil {
 				if runCtx.Err() == nil {
 					log.Error("could not register the sample inventory", "error", err)
 				}
@@ -270,7 +270,7 @@ func roleOf(cfg *agentconfig.Config) string {
 
 // registerSample waits for the dev node to lead, registers the sample
 // inventory as several hosts, and tells the user what to try next.
-func registerSample(ctx context.Context, node *cluster.Node, log hclog.Logger, httpAddr string) error {
+func registerSample(ctx context.Context, node *cluster.Node, log hclog.Logger, httpAddr string, acl bool) error {
 	waitCtx, cancel := context.WithTimeout(ctx, devLeaderTimeout)
 	defer cancel()
 	if err := node.WaitForLeader(waitCtx); err != nil {
@@ -292,6 +292,10 @@ func registerSample(ctx context.Context, node *cluster.Node, log hclog.Logger, h
 		devices = append(devices, inv.Devices...)
 	}
 	log.Info("dev cluster ready", "hosts", strings.Join(hosts, ","), "devices", describeInventory(devices))
+	if acl {
+		log.Info(fmt.Sprintf("ACLs are on: from another terminal, export DMSC_ADDR=http://%s; dmsc acl bootstrap (once: it prints the management token's secret); export DMSC_TOKEN=<secret ID>; then dmsc alloc -type GPU -memory-gb 16", httpAddr))
+		return nil
+	}
 	log.Info(fmt.Sprintf("try it from another terminal: export DMSC_ADDR=http://%s; dmsc alloc -type GPU -memory-gb 16; dmsc stats; dmsc recommend -type GPU", httpAddr))
 	return nil
 }

@@ -41,6 +41,12 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // DMSC_ADDR at it.
 func apiNode(t *testing.T) string {
 	t.Helper()
+	return apiNodeWith(t, api.Options{Version: "test", Role: "server", WaitGrace: time.Second})
+}
+
+// apiNodeWith is apiNode with the API's options.
+func apiNodeWith(t *testing.T, opts api.Options) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Raft node")
 	}
@@ -50,7 +56,7 @@ func apiNode(t *testing.T) string {
 		Servers:   1,
 		Dir:       t.TempDir(),
 		Configure: func(c *cluster.Config) { c.TickInterval = 100 * time.Millisecond },
-		HTTP:      api.NodeHandler(api.Options{Version: "test", Role: "server", WaitGrace: time.Second}),
+		HTTP:      api.NodeHandler(opts),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ const (
 	exitCapacity = 3 // refused: no device fits
 	exitNotFound = 4 // no such allocation, device, host or server
 	exitConflict = 5 // the state forbids it (not active, active, ...)
+	exitDenied   = 6 // ACLs: the token is unknown or expired, or lacks the capability
 )
 
 // exitCodesHelp documents the exit codes in every API subcommand's help.
@@ -38,7 +39,9 @@ const exitCodesHelp = `Exit codes:
   2  usage: bad flags or arguments, or values the API refused as invalid
   3  refused: no device fits the request (the why-not is printed)
   4  not found: no such allocation, device, host or server
-  5  conflict: the state forbids it (release of an ended allocation, ...)`
+  5  conflict: the state forbids it (release of an ended allocation, ...)
+  6  denied: with ACLs on, the token is unknown or expired, or does not
+     grant what the command needs`
 
 // apiOptionsHelp documents the flags every API subcommand takes.
 const apiOptionsHelp = `HTTP API options:
@@ -50,7 +53,13 @@ const apiOptionsHelp = `HTTP API options:
       a TLS option).
 
   -token=<token>
-      Sent as a bearer token. Default: $DMSC_TOKEN.
+      The ACL token's secret, sent as a bearer token. Default:
+      $DMSC_TOKEN.
+
+  -namespace=<namespace>
+      The namespace allocations, the queue, the history, statistics and
+      recommendations are in ("*": every namespace the token may read).
+      Default: $DMSC_NAMESPACE, else default.
 
   -ca-cert=<file>
       PEM file of the CA that signed the agents' certificates, to verify
@@ -76,8 +85,10 @@ type apiCommand struct {
 	ui      cli.Ui
 	address string
 	token   string
-	json    bool
-	tls     client.TLSConfig
+	// namespace is -namespace: the namespace of allocation commands.
+	namespace string
+	json      bool
+	tls       client.TLSConfig
 }
 
 // helpText assembles a subcommand's help: usage and description, its own
@@ -97,6 +108,7 @@ func (c *apiCommand) flags(name string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.address, "address", os.Getenv(client.AddressEnv), "")
 	fs.StringVar(&c.token, "token", os.Getenv(client.TokenEnv), "")
+	fs.StringVar(&c.namespace, "namespace", os.Getenv(client.NamespaceEnv), "")
 	fs.BoolVar(&c.json, "json", false, "")
 	tlsFlags(fs, &c.tls)
 	return fs
@@ -165,7 +177,7 @@ func (c *apiCommand) usageError(name, format string, args ...any) int {
 func (c *apiCommand) client() (*client.Client, error) {
 	// A few quick retries ride out a leader election; a node that is not
 	// there fails the command within seconds.
-	return client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, TLS: tlsOrNil(c.tls), MaxRetries: 5, RetryWaitMax: time.Second})
+	return client.New(client.Config{Addresses: splitAddresses(c.address), Token: c.token, Namespace: c.namespace, TLS: tlsOrNil(c.tls), MaxRetries: 5, RetryWaitMax: time.Second})
 }
 
 // context ends on Ctrl-C, so that a waiting request can be abandoned.
@@ -228,6 +240,8 @@ func exitCode(err error) int {
 		return exitCapacity
 	case errors.Is(err, client.ErrNotFound):
 		return exitNotFound
+	case errors.Is(err, client.ErrUnauthorized), errors.Is(err, client.ErrPermissionDenied):
+		return exitDenied
 	case errors.Is(err, client.ErrConflict), errors.Is(err, client.ErrNotActive), errors.Is(err, client.ErrRequestIDReused):
 		return exitConflict
 	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrBadRequest),

@@ -31,9 +31,11 @@ var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, ready func() 
 			"gossip_encrypt_key_set": cfg.Encrypt != "", "keyring_file": cfg.KeyringFile,
 			"tls": cfg.TLSEnabled(), "tls_verify_incoming": cfg.TLSVerifyIncoming,
 			"tls_verify_server_hostname": cfg.TLSVerifyServerHostname, "tls_verify_https_client": cfg.TLSVerifyHTTPSClient,
+			"acl_enabled": cfg.ACLEnabled, "acl_token_set": cfg.ACLToken != "",
 		},
 		Ready:       ready,
 		EnableDebug: cfg.EnableDebug,
+		ACLEnabled:  cfg.ACLEnabled,
 		Logger:      logger,
 	})
 }

@@ -123,6 +123,12 @@ type Config struct {
 	TLSVerifyIncoming       bool
 	TLSVerifyServerHostname bool
 	TLSVerifyHTTPSClient    bool
+
+	// ACLEnabled checks ACL tokens on the HTTP API and on host
+	// registration; ACLToken is this agent's own token's secret (a host
+	// sends it with its inventory).
+	ACLEnabled bool
+	ACLToken   string
 }
 
 // Default is the configuration before any file, environment or flag.
@@ -307,6 +313,8 @@ func (c *Config) ClusterConfig(dataDir string, inventory cluster.InventoryFunc, 
 		KeyringFile:         c.KeyringFile,
 		Inventory:           inventory,
 		InventoryInterval:   c.InventoryInterval,
+		ACLEnabled:          c.ACLEnabled,
+		ACLToken:            c.ACLToken,
 		Version:             version,
 		Logger:              logger,
 		// The store itself is loaded by LoadTLS.

@@ -42,6 +42,12 @@ type fileConfig struct {
 	Gossip            *gossipBlock `hcl:"gossip,block"`
 	Host              *hostBlock   `hcl:"host,block"`
 	TLS               *tlsBlock    `hcl:"tls,block"`
+	ACL               *aclBlock    `hcl:"acl,block"`
+}
+
+type aclBlock struct {
+	Enabled *bool   `hcl:"enabled,optional"`
+	Token   *string `hcl:"token,optional"`
 }
 
 type portsBlock struct {

@@ -78,6 +78,8 @@ var Settings = []Setting{
 	{"tls-key-file", "DMSC_TLS_KEY_FILE", "tls.key_file", "PEM file of this node's certificate's key", func(c *Config) any { return &c.TLSKeyFile }},
 	{"tls-verify-incoming", "DMSC_TLS_VERIFY_INCOMING", "tls.verify_incoming", "Raft and the node RPC require a certificate of the CA from every caller and authorize calls by its role (default true; false only while rolling TLS out)", func(c *Config) any { return &c.TLSVerifyIncoming }},
 	{"tls-verify-server-hostname", "DMSC_TLS_VERIFY_SERVER_HOSTNAME", "tls.verify_server_hostname", "servers this node dials must present a server's certificate, with the server's name where known (default true)", func(c *Config) any { return &c.TLSVerifyServerHostname }},
+	{"acl-enabled", "DMSC_ACL_ENABLED", "acl.enabled", "check ACL tokens on every HTTP API request and on host registration (bootstrap with dmsc acl bootstrap)", func(c *Config) any { return &c.ACLEnabled }},
+	{"acl-token", "DMSC_ACL_TOKEN", "acl.token", "this agent's own ACL token: a host registers its devices with it when ACLs are on", func(c *Config) any { return &c.ACLToken }},
 	{"tls-verify-https-client", "DMSC_TLS_VERIFY_HTTPS_CLIENT", "tls.verify_https_client", "the HTTPS API requires a client certificate of the CA (default false)", func(c *Config) any { return &c.TLSVerifyHTTPSClient }},
 }
 
