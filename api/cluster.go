@@ -67,6 +67,9 @@ func (s *Server) getRaft(w http.ResponseWriter, r *http.Request) error {
 
 // DELETE /v1/cluster/raft/removed/{id}
 func (s *Server) readmitPeer(w http.ResponseWriter, r *http.Request) error {
+	if err := validServerID(r.PathValue("id")); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
 	defer cancel()
 	if err := s.b.ReadmitPeer(ctx, r.PathValue("id")); err != nil {
@@ -77,6 +80,9 @@ func (s *Server) readmitPeer(w http.ResponseWriter, r *http.Request) error {
 
 // DELETE /v1/cluster/raft/peers/{id}
 func (s *Server) removePeer(w http.ResponseWriter, r *http.Request) error {
+	if err := validServerID(r.PathValue("id")); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
 	defer cancel()
 	if err := s.b.RemovePeer(ctx, r.PathValue("id")); err != nil {
@@ -160,4 +166,19 @@ func pprofRoute(h http.HandlerFunc) func(*Server, http.ResponseWriter, *http.Req
 		h(w, r)
 		return nil
 	}
+}
+
+// validServerID refuses a Raft server ID that no server can have: empty,
+// longer than fsm.MaxServerIDLength, or with a byte other than printable
+// ASCII.
+func validServerID(id string) error {
+	if id == "" || len(id) > fsm.MaxServerIDLength {
+		return badRequest("server id is empty or longer than %d bytes", fsm.MaxServerIDLength)
+	}
+	for _, c := range []byte(id) {
+		if c <= ' ' || c > '~' {
+			return badRequest("server id %q has a character other than printable ASCII", id)
+		}
+	}
+	return nil
 }
