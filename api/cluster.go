@@ -116,32 +116,6 @@ func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// PUT /v1/snapshot
-func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
-	// Read the upload first, so that an oversized one is refused before
-	// anything changes.
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(r.Body); err != nil {
-		return err
-	}
-	if buf.Len() == 0 {
-		return badRequest("request body is empty; upload a snapshot from GET /v1/snapshot")
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
-	defer cancel()
-	if err := s.b.SnapshotRestore(ctx, &buf); err != nil {
-		return err
-	}
-	var idx uint64
-	meta, err := s.b.Read(r.Context(), cluster.ReadOptions{}, func(*fsm.State) {})
-	if err == nil {
-		idx = meta.Index
-		setReadMeta(w, meta)
-	}
-	writeJSON(w, r, http.StatusOK, wire.WriteResult{Index: idx})
-	return nil
-}
-
 // GET /v1/health
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, r, http.StatusOK, wire.Health{Status: "ok", Node: s.b.Self().ID})
@@ -152,10 +126,17 @@ func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
 	st := nodeStatusOf(s.b.Status())
 	code := http.StatusOK
-	if !st.Ready || (s.opts.Ready != nil && !s.opts.Ready()) {
-		code = http.StatusServiceUnavailable
-		st.Ready = false
+	switch {
+	case !st.Ready:
+		code, st.Reason = http.StatusServiceUnavailable, "the node is not ready: no leader known, or not caught up"
+	case s.opts.Ready != nil && !s.opts.Ready():
+		code, st.Reason = http.StatusServiceUnavailable, "the agent is not ready"
+	default:
+		if why := s.overloaded(); why != "" {
+			code, st.Reason = http.StatusServiceUnavailable, why
+		}
 	}
+	st.Ready = code == http.StatusOK
 	writeJSON(w, r, code, st)
 	return nil
 }

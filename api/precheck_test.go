@@ -18,12 +18,12 @@ func TestBadInputNeverReachesRaft(t *testing.T) {
 	cases := []struct {
 		name, method, path, body string
 	}{
-		{"allocate count 0", "POST", "/v1/allocations", `{"request":{"claims":[{"type":"GPU","count":0}]}}`},
-		{"allocate no claims", "POST", "/v1/allocations", `{"request":{"claims":[]}}`},
-		{"allocate unknown type", "POST", "/v1/allocations", `{"request":{"claims":[{"type":"Banana","count":1}]}}`},
-		{"allocate negative priority", "POST", "/v1/allocations", `{"request":{"priority":-1,"claims":[{"type":"GPU","count":1}]}}`},
-		{"allocate bad pool", "POST", "/v1/allocations", `{"request":{"pool":"../x","claims":[{"type":"GPU","count":1}]}}`},
-		{"allocate bad request id", "POST", "/v1/allocations", `{"request_id":"a b","request":{"claims":[{"type":"GPU","count":1}]}}`},
+		{"allocate count 0", "POST", "/v1/allocations", `{"claims":[{"type":"GPU","count":0}]}`},
+		{"allocate no claims", "POST", "/v1/allocations", `{"claims":[]}`},
+		{"allocate unknown type", "POST", "/v1/allocations", `{"claims":[{"type":"Banana","count":1}]}`},
+		{"allocate negative priority", "POST", "/v1/allocations", `{"priority":-1,"claims":[{"type":"GPU","count":1}]}`},
+		{"allocate bad pool", "POST", "/v1/allocations", `{"pool":"../x","claims":[{"type":"GPU","count":1}]}`},
+		{"allocate bad request id", "POST", "/v1/allocations", `{"request_id":"a b","claims":[{"type":"GPU","count":1}]}`},
 		{"allocate not json", "POST", "/v1/allocations", `count=0`},
 		{"release bad id", "POST", "/v1/allocations/" + esc("../etc") + "/release", ``},
 		{"release not uuid", "POST", "/v1/allocations/job-42/release", ``},

@@ -3,8 +3,6 @@ package api
 import (
 	"net/http"
 	"net/http/pprof"
-
-	"github.com/dmsc/dmsc/transport"
 )
 
 // handlerFunc serves one route; an error it returns is answered as JSON.
@@ -24,12 +22,17 @@ type route struct {
 	exempt bool
 	// debug routes are served only with Options.EnableDebug.
 	debug bool
+	// stream routes take an application/octet-stream body of their own
+	// size cap, read within Options.SnapshotBodyTimeout.
+	stream bool
 }
 
 func (rt route) pattern() string { return rt.method + " " + rt.path }
 
 func (rt route) bodyLimit(o *Options) int64 {
 	switch {
+	case rt.stream:
+		return o.MaxSnapshotBytes
 	case rt.body > 0:
 		return rt.body
 	case rt.hostBody:
@@ -83,7 +86,7 @@ func routes() []route {
 		{method: "DELETE", path: "/v1/cluster/raft/removed/{id}", handle: (*Server).readmitPeer},
 		{method: "GET", path: "/v1/agent/self", handle: (*Server).getAgentSelf},
 		{method: "GET", path: "/v1/snapshot", handle: (*Server).saveSnapshot},
-		{method: "PUT", path: "/v1/snapshot", handle: (*Server).restoreSnapshot, body: transport.MaxRestoreBytes},
+		{method: "PUT", path: "/v1/snapshot", handle: (*Server).restoreSnapshot, stream: true},
 
 		// Gossip keyring.
 		{method: "GET", path: "/v1/operator/keyring", handle: (*Server).listKeyring},
@@ -97,11 +100,11 @@ func routes() []route {
 		{method: "GET", path: "/metrics", handle: (*Server).getMetrics, exempt: true},
 
 		// Profiling, with Options.EnableDebug.
-		{method: "GET", path: "/debug/pprof/", handle: pprofRoute(pprof.Index), debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/cmdline", handle: pprofRoute(pprof.Cmdline), debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/profile", handle: pprofRoute(pprof.Profile), debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, exempt: true},
-		{method: "POST", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, exempt: true},
-		{method: "GET", path: "/debug/pprof/trace", handle: pprofRoute(pprof.Trace), debug: true, exempt: true},
+		{method: "GET", path: "/debug/pprof/", handle: pprofRoute(pprof.Index), debug: true},
+		{method: "GET", path: "/debug/pprof/cmdline", handle: pprofRoute(pprof.Cmdline), debug: true},
+		{method: "GET", path: "/debug/pprof/profile", handle: pprofRoute(pprof.Profile), debug: true},
+		{method: "GET", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true},
+		{method: "POST", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true},
+		{method: "GET", path: "/debug/pprof/trace", handle: pprofRoute(pprof.Trace), debug: true},
 	}
 }
