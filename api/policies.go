@@ -111,7 +111,11 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f := fsm.StatsFilter{Type: typ, Pool: q.Get("pool")}
+	ns, err := namespacesParam(q)
+	if err != nil {
+		return err
+	}
+	f := fsm.StatsFilter{Type: typ, Pool: q.Get("pool"), Namespaces: ns}
 	var out []fsm.Stats
 	if err := s.read(w, r, func(st *fsm.State) { out = st.Stats(f) }); err != nil {
 		return err
@@ -122,12 +126,17 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) error {
 
 // GET /v1/recommendations
 func (s *Server) getRecommendations(w http.ResponseWriter, r *http.Request) error {
-	typ, err := typeParam(r.URL.Query())
+	q := r.URL.Query()
+	typ, err := typeParam(q)
+	if err != nil {
+		return err
+	}
+	ns, err := namespacesParam(q)
 	if err != nil {
 		return err
 	}
 	var out []fsm.Recommendation
-	if err := s.read(w, r, func(st *fsm.State) { out = st.Recommend(typ) }); err != nil {
+	if err := s.read(w, r, func(st *fsm.State) { out = st.Recommend(typ, ns...) }); err != nil {
 		return err
 	}
 	writeJSON(w, r, http.StatusOK, mapSlice(out, recommendationToWire))
