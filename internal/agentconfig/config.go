@@ -123,6 +123,14 @@ type Config struct {
 	TLSVerifyIncoming       bool
 	TLSVerifyServerHostname bool
 	TLSVerifyHTTPSClient    bool
+
+	// Limits and the audit log (limits.go).
+	HTTPMaxConnsPerClient int
+	HTTPMaxConns          int
+	AuditEnabled          bool
+	AuditPath             string
+	AuditMaxBytes         int
+	AuditMaxFiles         int
 }
 
 // Default is the configuration before any file, environment or flag.
@@ -142,6 +150,10 @@ func Default() Config {
 
 		TLSVerifyIncoming:       true,
 		TLSVerifyServerHostname: true,
+
+		HTTPMaxConnsPerClient: DefaultHTTPMaxConnsPerClient,
+		AuditMaxBytes:         DefaultAuditMaxBytes,
+		AuditMaxFiles:         DefaultAuditMaxFiles,
 	}
 }
 
@@ -240,6 +252,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > 0 && c.HeartbeatTimeout > 0 && c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader-lease-timeout %s exceeds heartbeat-timeout %s", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if err := c.validateLimits(); err != nil {
+		return err
 	}
 	return c.validateTLS()
 }

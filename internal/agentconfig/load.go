@@ -42,6 +42,8 @@ type fileConfig struct {
 	Gossip            *gossipBlock `hcl:"gossip,block"`
 	Host              *hostBlock   `hcl:"host,block"`
 	TLS               *tlsBlock    `hcl:"tls,block"`
+	Limits            *limitsBlock `hcl:"limits,block"`
+	Audit             *auditBlock  `hcl:"audit,block"`
 }
 
 type portsBlock struct {
