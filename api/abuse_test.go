@@ -302,7 +302,7 @@ func TestSnapshotUploadGarbage(t *testing.T) {
 		for _, body := range []string{"garbage", "DMSCFSM1" + strings.Repeat("\x00", 16) + "[]", `{"version":999}`, `{"nope":1}`} {
 			e.do("PUT", "/v1/snapshot", body).apiErr(400, wire.CodeBadSnapshot)
 		}
-		e.do("PUT", "/v1/snapshot", strings.Repeat("x", 2<<20)).apiErr(413, wire.CodeBodyTooLarge)
+		e.do("PUT", "/v1/snapshot", "{"+strings.Repeat("x", 2<<20)).apiErr(413, wire.CodeBodyTooLarge)
 	})
 	left, _ := os.ReadDir(dir)
 	if len(left) != 0 {
@@ -311,7 +311,9 @@ func TestSnapshotUploadGarbage(t *testing.T) {
 	// A real snapshot restores.
 	snap := e.do("GET", "/v1/snapshot", "").ok(200).body
 	e.do("PUT", "/v1/snapshot", string(snap)).ok(200)
-	// Uploads are taken one at a time.
+	// Uploads are taken one at a time; one that waits too long is 429.
+	defer func(d time.Duration) { snapshotQueueWait = d }(snapshotQueueWait)
+	snapshotQueueWait = 50 * time.Millisecond
 	e.srv.uploads <- struct{}{}
 	e.do("PUT", "/v1/snapshot", string(snap)).apiErr(429, wire.CodeOverloaded)
 	<-e.srv.uploads

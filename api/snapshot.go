@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
@@ -27,13 +28,23 @@ var errUploadBusy = &apiError{
 // changes. The file is removed in every case. At most
 // Options.MaxSnapshotUploads uploads are taken at once.
 func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
+	// A snapshot that does not begin as one is refused before anything
+	// is spooled or waited for.
+	body := bufio.NewReaderSize(r.Body, 4096)
+	if err := checkSnapshotStart(body); err != nil {
+		return err
+	}
+	wait := time.NewTimer(snapshotQueueWait)
+	defer wait.Stop()
 	select {
 	case s.uploads <- struct{}{}:
 		defer func() { <-s.uploads }()
-	default:
+	case <-wait.C:
 		return errUploadBusy
+	case <-r.Context().Done():
+		return fmt.Errorf("%w: %w", cluster.ErrTimeout, r.Context().Err())
 	}
-	f, n, err := spool(r.Body, s.opts.SnapshotDir)
+	f, n, err := spool(body, s.opts.SnapshotDir)
 	if f != nil {
 		defer func() {
 			_ = f.Close()
@@ -66,6 +77,43 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
 		setReadMeta(w, meta)
 	}
 	writeJSON(w, r, http.StatusOK, wire.WriteResult{Index: idx})
+	return nil
+}
+
+// snapshotQueueWait bounds how long an upload waits for another to be
+// done before it is answered 429.
+var snapshotQueueWait = 30 * time.Second
+
+// checkSnapshotStart peeks at the first bytes of an upload: the node's
+// snapshot header or a JSON object. An empty body is let through (the
+// handler answers it).
+func checkSnapshotStart(br *bufio.Reader) error {
+	head, err := br.Peek(cluster.RaftSnapshotHeaderLen + 1)
+	if len(head) == 0 {
+		switch {
+		case err == nil, errors.Is(err, io.EOF):
+			return nil
+		case isTimeout(err):
+			return errBodyTimeout
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return badRequest("snapshot upload ended early: %v", err)
+	}
+	if state, _, _ := cluster.SplitRaftSnapshot(head); len(state) < len(head) {
+		head = state
+	}
+	for _, c := range head {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		case '{':
+			return nil
+		}
+		return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fmt.Sprintf("%s: not a dmsc snapshot (first byte %#02x)", fsm.ErrSnapshot.Message, c)}
+	}
 	return nil
 }
 
