@@ -107,8 +107,8 @@ func errUnauthorized(msg string) *apiError {
 }
 
 func errPermissionDenied(rt route, ns string) *apiError {
-	msg := "permission denied: " + rt.pattern() + " needs " + rt.cap.String()
-	if rt.cap.namespaced() {
+	msg := "permission denied: " + rt.pattern() + " needs " + rt.need.String()
+	if rt.need.namespaced() {
 		msg += " in namespace " + ns
 	}
 	return &apiError{status: http.StatusForbidden, code: wire.CodePermissionDenied, msg: msg}
@@ -120,14 +120,14 @@ func errPermissionDenied(rt route, ns string) *apiError {
 // what follows knows who was refused.
 func (s *Server) authorize(r *http.Request, rt route) (*http.Request, error) {
 	var c caller
-	if rt.cap.namespaced() {
+	if rt.need.namespaced() {
 		ns, err := requestNamespace(r, rt)
 		if err != nil {
 			return r, err
 		}
 		c.namespace = ns
 	}
-	if !s.opts.ACLEnabled || rt.cap.kind == capNone {
+	if !s.opts.ACLEnabled || rt.need.kind == capNone {
 		return r.WithContext(withCaller(r.Context(), c)), nil
 	}
 	tok, authz, err := s.resolveToken(r)
@@ -136,7 +136,7 @@ func (s *Server) authorize(r *http.Request, rt route) (*http.Request, error) {
 	}
 	c.accessor = tok.AccessorID
 	r = r.WithContext(context.WithValue(withCaller(r.Context(), c), authzKey{}, authz))
-	if !rt.cap.allows(authz, c.namespace, r.PathValue("id")) {
+	if !rt.need.allows(authz, c.namespace, r.PathValue("id")) {
 		return r, errPermissionDenied(rt, c.namespace)
 	}
 	return r, nil
@@ -219,7 +219,7 @@ func requestNamespace(r *http.Request, rt route) (string, error) {
 	switch {
 	case ns == "":
 		return fsm.DefaultNamespace, nil
-	case ns == "*" && !rt.cap.write:
+	case ns == "*" && !rt.need.write:
 		return ns, nil
 	case !fsm.ValidNamespace(ns):
 		return "", badParam("namespace", ns, "want 1 to 64 letters, digits, '-', '_' or '.' (or * to read every namespace)")

@@ -122,9 +122,9 @@ func TestRoutesCapabilityDocumented(t *testing.T) {
 		got, ok := documented[rt.pattern()]
 		switch {
 		case !ok:
-			t.Errorf("docs/api.md names no capability for %s (want a line %s%s`)", rt.pattern(), capabilityPrefix, rt.cap)
-		case got != rt.cap.String():
-			t.Errorf("docs/api.md says %s needs %q; the server enforces %q", rt.pattern(), got, rt.cap)
+			t.Errorf("docs/api.md names no capability for %s (want a line %s%s`)", rt.pattern(), capabilityPrefix, rt.need)
+		case got != rt.need.String():
+			t.Errorf("docs/api.md says %s needs %q; the server enforces %q", rt.pattern(), got, rt.need)
 		}
 	}
 }
@@ -155,15 +155,15 @@ func TestRoutesCapabilityEnforced(t *testing.T) {
 	for _, rt := range routes() {
 		path := routePath(rt)
 		var with, lacking string
-		switch rt.cap.kind {
+		switch rt.need.kind {
 		case capNone:
 			with = ""
 		case capToken:
 			with = token("nothing", wire.ACLRules{})
 		default:
-			name := string(rt.cap.area) + "-" + map[bool]string{false: "read", true: "write"}[rt.cap.write]
-			with = token(name, rulesFor(rt.cap.area, map[bool]string{false: "read", true: "write"}[rt.cap.write], "default"))
-			lacking = token("lacking-"+name, rulesLacking(rt.cap))
+			name := string(rt.need.area) + "-" + map[bool]string{false: "read", true: "write"}[rt.need.write]
+			with = token(name, rulesFor(rt.need.area, map[bool]string{false: "read", true: "write"}[rt.need.write], "default"))
+			lacking = token("lacking-"+name, rulesLacking(rt.need))
 		}
 		// Past the check: the route's own answer, never 401 or 403. pprof's
 		// profile and trace would run for seconds: their check is asked
@@ -172,7 +172,7 @@ func TestRoutesCapabilityEnforced(t *testing.T) {
 			req := httptest.NewRequest(rt.method, path, nil)
 			req.Header.Set(wire.HeaderToken, with)
 			if _, err := e.srv.authorize(req, rt); err != nil {
-				t.Errorf("%s with %s: %v", rt.pattern(), rt.cap, err)
+				t.Errorf("%s with %s: %v", rt.pattern(), rt.need, err)
 			}
 		} else {
 			hdr := []string{wire.HeaderToken, with}
@@ -185,7 +185,7 @@ func TestRoutesCapabilityEnforced(t *testing.T) {
 				e.token = with
 			}
 			if r.code == http.StatusUnauthorized || r.code == http.StatusForbidden {
-				t.Errorf("%s with a token of %s: %d %s", rt.pattern(), rt.cap, r.code, r.body)
+				t.Errorf("%s with a token of %s: %d %s", rt.pattern(), rt.need, r.code, r.body)
 			}
 		}
 		if lacking == "" {
@@ -194,7 +194,7 @@ func TestRoutesCapabilityEnforced(t *testing.T) {
 		e.noSideEffect(func() {
 			r := e.do(rt.method, path, "", wire.HeaderToken, lacking)
 			if r.code != http.StatusForbidden {
-				t.Errorf("%s with a token lacking %s: %d %s", rt.pattern(), rt.cap, r.code, r.body)
+				t.Errorf("%s with a token lacking %s: %d %s", rt.pattern(), rt.need, r.code, r.body)
 				return
 			}
 			r.apiErr(http.StatusForbidden, wire.CodePermissionDenied)

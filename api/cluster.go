@@ -67,6 +67,9 @@ func (s *Server) getRaft(w http.ResponseWriter, r *http.Request) error {
 
 // DELETE /v1/cluster/raft/removed/{id}
 func (s *Server) readmitPeer(w http.ResponseWriter, r *http.Request) error {
+	if err := validServerID(r.PathValue("id")); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
 	defer cancel()
 	if err := s.b.ReadmitPeer(ctx, r.PathValue("id")); err != nil {
@@ -77,6 +80,9 @@ func (s *Server) readmitPeer(w http.ResponseWriter, r *http.Request) error {
 
 // DELETE /v1/cluster/raft/peers/{id}
 func (s *Server) removePeer(w http.ResponseWriter, r *http.Request) error {
+	if err := validServerID(r.PathValue("id")); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
 	defer cancel()
 	if err := s.b.RemovePeer(ctx, r.PathValue("id")); err != nil {
@@ -110,32 +116,6 @@ func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// PUT /v1/snapshot
-func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
-	// Read the upload first, so that an oversized one is refused before
-	// anything changes.
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(r.Body); err != nil {
-		return err
-	}
-	if buf.Len() == 0 {
-		return badRequest("request body is empty; upload a snapshot from GET /v1/snapshot")
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
-	defer cancel()
-	if err := s.b.SnapshotRestore(ctx, &buf); err != nil {
-		return err
-	}
-	var idx uint64
-	meta, err := s.b.Read(r.Context(), cluster.ReadOptions{}, func(*fsm.State) {})
-	if err == nil {
-		idx = meta.Index
-		setReadMeta(w, meta)
-	}
-	writeJSON(w, r, http.StatusOK, wire.WriteResult{Index: idx})
-	return nil
-}
-
 // GET /v1/health
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, r, http.StatusOK, wire.Health{Status: "ok", Node: s.b.Self().ID})
@@ -146,10 +126,17 @@ func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
 	st := nodeStatusOf(s.b.Status())
 	code := http.StatusOK
-	if !st.Ready || (s.opts.Ready != nil && !s.opts.Ready()) {
-		code = http.StatusServiceUnavailable
-		st.Ready = false
+	switch {
+	case !st.Ready:
+		code, st.Reason = http.StatusServiceUnavailable, "the node is not ready: no leader known, or not caught up"
+	case s.opts.Ready != nil && !s.opts.Ready():
+		code, st.Reason = http.StatusServiceUnavailable, "the agent is not ready"
+	default:
+		if why := s.overloaded(); why != "" {
+			code, st.Reason = http.StatusServiceUnavailable, why
+		}
 	}
+	st.Ready = code == http.StatusOK
 	writeJSON(w, r, code, st)
 	return nil
 }
@@ -160,4 +147,19 @@ func pprofRoute(h http.HandlerFunc) func(*Server, http.ResponseWriter, *http.Req
 		h(w, r)
 		return nil
 	}
+}
+
+// validServerID refuses a Raft server ID that no server can have: empty,
+// longer than fsm.MaxServerIDLength, or with a byte other than printable
+// ASCII.
+func validServerID(id string) error {
+	if id == "" || len(id) > fsm.MaxServerIDLength {
+		return badRequest("server id is empty or longer than %d bytes", fsm.MaxServerIDLength)
+	}
+	for _, c := range []byte(id) {
+		if c <= ' ' || c > '~' {
+			return badRequest("server id %q has a character other than printable ASCII", id)
+		}
+	}
+	return nil
 }

@@ -175,9 +175,13 @@ func TestOverloaded(t *testing.T) {
 	if b := r.apiErr(429, wire.CodeOverloaded); !b.Retryable || r.hdr.Get("Retry-After") == "" {
 		t.Fatalf("overloaded answer %+v", b)
 	}
-	// ...but probes and metrics are served.
+	// ...but probes and metrics are served, and readiness says so.
 	e.do("GET", "/v1/health", "").ok(200)
-	e.do("GET", "/v1/ready", "").ok(200)
+	var st wire.NodeStatus
+	e.do("GET", "/v1/ready", "").ok(503).decode(&st)
+	if st.Ready || !strings.Contains(st.Reason, "overloaded") {
+		t.Fatalf("ready while overloaded: %+v", st)
+	}
 	e.do("GET", "/metrics", "").ok(200)
 	close(gate)
 	(<-done).ok(200)

@@ -27,6 +27,8 @@ func decodeJSON(r io.Reader, v any, emptyOK bool) error {
 		switch {
 		case errors.As(err, &mbe):
 			return err
+		case isTimeout(err):
+			return errBodyTimeout
 		case errors.Is(err, io.EOF):
 			if emptyOK {
 				return nil
@@ -40,6 +42,9 @@ func decodeJSON(r io.Reader, v any, emptyOK bool) error {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return err
+		}
+		if isTimeout(err) {
+			return errBodyTimeout
 		}
 		return badRequest("invalid JSON body: more than one value")
 	}

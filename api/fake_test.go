@@ -277,6 +277,13 @@ func (e *testEnv) do(method, path, body string, headers ...string) *resp {
 		rd = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, path, rd)
+	if body != "" {
+		ct := "application/json"
+		if method == "PUT" && path == "/v1/snapshot" {
+			ct = "application/octet-stream"
+		}
+		req.Header.Set("Content-Type", ct)
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}

@@ -56,6 +56,12 @@ func TestSingleNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+			if path == "/v1/snapshot" {
+				req.Header.Set("Content-Type", "application/octet-stream")
+			}
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -122,7 +122,8 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) error {
 
 // GET /v1/recommendations
 func (s *Server) getRecommendations(w http.ResponseWriter, r *http.Request) error {
-	typ, err := typeParam(r.URL.Query())
+	q := r.URL.Query()
+	typ, err := typeParam(q)
 	if err != nil {
 		return err
 	}

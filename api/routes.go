@@ -5,7 +5,6 @@ import (
 	"net/http/pprof"
 
 	"github.com/dmsc/dmsc/fsm"
-	"github.com/dmsc/dmsc/transport"
 )
 
 // handlerFunc serves one route; an error it returns is answered as JSON.
@@ -25,16 +24,21 @@ type route struct {
 	exempt bool
 	// debug routes are served only with Options.EnableDebug.
 	debug bool
-	// cap is what the request's token must grant when ACLs are on.
-	cap capability
+	// need is what the request's token must grant when ACLs are on.
+	need capability
 	// bodyNamespace: the request body may name the namespace.
 	bodyNamespace bool
+	// stream routes take an application/octet-stream body of their own
+	// size cap, read within Options.SnapshotBodyTimeout.
+	stream bool
 }
 
 func (rt route) pattern() string { return rt.method + " " + rt.path }
 
 func (rt route) bodyLimit(o *Options) int64 {
 	switch {
+	case rt.stream:
+		return o.MaxSnapshotBytes
 	case rt.body > 0:
 		return rt.body
 	case rt.hostBody:
@@ -47,79 +51,79 @@ func (rt route) bodyLimit(o *Options) int64 {
 func routes() []route {
 	return []route{
 		// Allocations.
-		{method: "POST", path: "/v1/allocations", handle: (*Server).createAllocation, cap: capWrite(fsm.AreaAllocations), bodyNamespace: true},
-		{method: "GET", path: "/v1/allocations", handle: (*Server).listAllocations, cap: capRead(fsm.AreaAllocations)},
-		{method: "GET", path: "/v1/allocations/{id}", handle: (*Server).getAllocation, cap: capRead(fsm.AreaAllocations)},
-		{method: "POST", path: "/v1/allocations/{id}/release", handle: (*Server).releaseAllocation, cap: capWrite(fsm.AreaAllocations)},
-		{method: "POST", path: "/v1/allocations/{id}/renew", handle: (*Server).renewAllocation, cap: capWrite(fsm.AreaAllocations)},
-		{method: "POST", path: "/v1/allocations/{id}/cancel", handle: (*Server).cancelAllocation, cap: capWrite(fsm.AreaAllocations)},
-		{method: "GET", path: "/v1/queue", handle: (*Server).getQueue, cap: capRead(fsm.AreaAllocations)},
-		{method: "GET", path: "/v1/history", handle: (*Server).getHistory, cap: capRead(fsm.AreaAllocations)},
+		{method: "POST", path: "/v1/allocations", handle: (*Server).createAllocation, need: capWrite(fsm.AreaAllocations), bodyNamespace: true},
+		{method: "GET", path: "/v1/allocations", handle: (*Server).listAllocations, need: capRead(fsm.AreaAllocations)},
+		{method: "GET", path: "/v1/allocations/{id}", handle: (*Server).getAllocation, need: capRead(fsm.AreaAllocations)},
+		{method: "POST", path: "/v1/allocations/{id}/release", handle: (*Server).releaseAllocation, need: capWrite(fsm.AreaAllocations)},
+		{method: "POST", path: "/v1/allocations/{id}/renew", handle: (*Server).renewAllocation, need: capWrite(fsm.AreaAllocations)},
+		{method: "POST", path: "/v1/allocations/{id}/cancel", handle: (*Server).cancelAllocation, need: capWrite(fsm.AreaAllocations)},
+		{method: "GET", path: "/v1/queue", handle: (*Server).getQueue, need: capRead(fsm.AreaAllocations)},
+		{method: "GET", path: "/v1/history", handle: (*Server).getHistory, need: capRead(fsm.AreaAllocations)},
 
 		// Devices and hosts.
-		{method: "GET", path: "/v1/devices", handle: (*Server).listDevices, cap: capRead(fsm.AreaDevices)},
-		{method: "GET", path: "/v1/devices/{id}", handle: (*Server).getDevice, cap: capRead(fsm.AreaDevices)},
-		{method: "POST", path: "/v1/devices/{id}/status", handle: (*Server).setDeviceStatus, cap: capWrite(fsm.AreaDevices)},
-		{method: "POST", path: "/v1/devices/{id}/drain", handle: (*Server).drainDevice, cap: capWrite(fsm.AreaDevices)},
-		{method: "POST", path: "/v1/devices/{id}/undrain", handle: (*Server).undrainDevice, cap: capWrite(fsm.AreaDevices)},
-		{method: "GET", path: "/v1/hosts", handle: (*Server).listHosts, cap: capRead(fsm.AreaDevices)},
-		{method: "GET", path: "/v1/hosts/{id}", handle: (*Server).getHost, cap: capRead(fsm.AreaDevices)},
-		{method: "PUT", path: "/v1/hosts/{id}", handle: (*Server).registerHost, hostBody: true, cap: capability{area: fsm.AreaDevices, write: true, host: true}},
-		{method: "DELETE", path: "/v1/hosts/{id}", handle: (*Server).removeHost, cap: capWrite(fsm.AreaDevices)},
+		{method: "GET", path: "/v1/devices", handle: (*Server).listDevices, need: capRead(fsm.AreaDevices)},
+		{method: "GET", path: "/v1/devices/{id}", handle: (*Server).getDevice, need: capRead(fsm.AreaDevices)},
+		{method: "POST", path: "/v1/devices/{id}/status", handle: (*Server).setDeviceStatus, need: capWrite(fsm.AreaDevices)},
+		{method: "POST", path: "/v1/devices/{id}/drain", handle: (*Server).drainDevice, need: capWrite(fsm.AreaDevices)},
+		{method: "POST", path: "/v1/devices/{id}/undrain", handle: (*Server).undrainDevice, need: capWrite(fsm.AreaDevices)},
+		{method: "GET", path: "/v1/hosts", handle: (*Server).listHosts, need: capRead(fsm.AreaDevices)},
+		{method: "GET", path: "/v1/hosts/{id}", handle: (*Server).getHost, need: capRead(fsm.AreaDevices)},
+		{method: "PUT", path: "/v1/hosts/{id}", handle: (*Server).registerHost, hostBody: true, need: capability{area: fsm.AreaDevices, write: true, host: true}},
+		{method: "DELETE", path: "/v1/hosts/{id}", handle: (*Server).removeHost, need: capWrite(fsm.AreaDevices)},
 
 		// Pools, policies, retention.
-		{method: "GET", path: "/v1/pools", handle: (*Server).listPools, cap: capRead(fsm.AreaPolicies)},
-		{method: "PUT", path: "/v1/pools/{pool}/policy", handle: (*Server).setPoolPolicy, cap: capWrite(fsm.AreaPolicies)},
-		{method: "DELETE", path: "/v1/pools/{pool}/policy", handle: (*Server).deletePoolPolicy, cap: capWrite(fsm.AreaPolicies)},
-		{method: "GET", path: "/v1/policies", handle: (*Server).getPolicies, cap: capRead(fsm.AreaPolicies)},
-		{method: "PUT", path: "/v1/policies/{type}", handle: (*Server).setTypePolicy, cap: capWrite(fsm.AreaPolicies)},
-		{method: "GET", path: "/v1/retention", handle: (*Server).getRetention, cap: capRead(fsm.AreaOperator)},
-		{method: "PUT", path: "/v1/retention", handle: (*Server).setRetention, cap: capWrite(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/pools", handle: (*Server).listPools, need: capRead(fsm.AreaPolicies)},
+		{method: "PUT", path: "/v1/pools/{pool}/policy", handle: (*Server).setPoolPolicy, need: capWrite(fsm.AreaPolicies)},
+		{method: "DELETE", path: "/v1/pools/{pool}/policy", handle: (*Server).deletePoolPolicy, need: capWrite(fsm.AreaPolicies)},
+		{method: "GET", path: "/v1/policies", handle: (*Server).getPolicies, need: capRead(fsm.AreaPolicies)},
+		{method: "PUT", path: "/v1/policies/{type}", handle: (*Server).setTypePolicy, need: capWrite(fsm.AreaPolicies)},
+		{method: "GET", path: "/v1/retention", handle: (*Server).getRetention, need: capRead(fsm.AreaOperator)},
+		{method: "PUT", path: "/v1/retention", handle: (*Server).setRetention, need: capWrite(fsm.AreaOperator)},
 
 		// Statistics and advice.
-		{method: "GET", path: "/v1/stats", handle: (*Server).getStats, cap: capRead(fsm.AreaAllocations)},
-		{method: "GET", path: "/v1/recommendations", handle: (*Server).getRecommendations, cap: capRead(fsm.AreaAllocations)},
+		{method: "GET", path: "/v1/stats", handle: (*Server).getStats, need: capRead(fsm.AreaAllocations)},
+		{method: "GET", path: "/v1/recommendations", handle: (*Server).getRecommendations, need: capRead(fsm.AreaAllocations)},
 
 		// Cluster and agent.
-		{method: "GET", path: "/v1/cluster/members", handle: (*Server).getMembers, cap: capRead(fsm.AreaOperator)},
-		{method: "GET", path: "/v1/cluster/leader", handle: (*Server).getLeader, cap: capRead(fsm.AreaOperator)},
-		{method: "GET", path: "/v1/cluster/raft", handle: (*Server).getRaft, cap: capRead(fsm.AreaOperator)},
-		{method: "DELETE", path: "/v1/cluster/raft/peers/{id}", handle: (*Server).removePeer, cap: capWrite(fsm.AreaOperator)},
-		{method: "DELETE", path: "/v1/cluster/raft/removed/{id}", handle: (*Server).readmitPeer, cap: capWrite(fsm.AreaOperator)},
-		{method: "GET", path: "/v1/agent/self", handle: (*Server).getAgentSelf, cap: capRead(fsm.AreaAgent)},
-		{method: "GET", path: "/v1/snapshot", handle: (*Server).saveSnapshot, cap: capWrite(fsm.AreaOperator)},
-		{method: "PUT", path: "/v1/snapshot", handle: (*Server).restoreSnapshot, body: transport.MaxRestoreBytes, cap: capWrite(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/cluster/members", handle: (*Server).getMembers, need: capRead(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/cluster/leader", handle: (*Server).getLeader, need: capRead(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/cluster/raft", handle: (*Server).getRaft, need: capRead(fsm.AreaOperator)},
+		{method: "DELETE", path: "/v1/cluster/raft/peers/{id}", handle: (*Server).removePeer, need: capWrite(fsm.AreaOperator)},
+		{method: "DELETE", path: "/v1/cluster/raft/removed/{id}", handle: (*Server).readmitPeer, need: capWrite(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/agent/self", handle: (*Server).getAgentSelf, need: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/v1/snapshot", handle: (*Server).saveSnapshot, need: capWrite(fsm.AreaOperator)},
+		{method: "PUT", path: "/v1/snapshot", handle: (*Server).restoreSnapshot, stream: true, need: capWrite(fsm.AreaOperator)},
 
 		// ACLs.
-		{method: "POST", path: "/v1/acl/bootstrap", handle: (*Server).aclBootstrap, cap: capAnyone},
-		{method: "GET", path: "/v1/acl/policies", handle: (*Server).aclPolicyList, cap: capRead(fsm.AreaOperator)},
-		{method: "GET", path: "/v1/acl/policy/{name}", handle: (*Server).aclPolicyRead, cap: capRead(fsm.AreaOperator)},
-		{method: "PUT", path: "/v1/acl/policy/{name}", handle: (*Server).aclPolicyApply, cap: capWrite(fsm.AreaOperator)},
-		{method: "DELETE", path: "/v1/acl/policy/{name}", handle: (*Server).aclPolicyDelete, cap: capWrite(fsm.AreaOperator)},
-		{method: "POST", path: "/v1/acl/token", handle: (*Server).aclTokenCreate, cap: capWrite(fsm.AreaOperator)},
-		{method: "GET", path: "/v1/acl/tokens", handle: (*Server).aclTokenList, cap: capRead(fsm.AreaOperator)},
-		{method: "GET", path: "/v1/acl/token/self", handle: (*Server).aclTokenSelf, cap: capAnyToken},
-		{method: "GET", path: "/v1/acl/token/{accessor}", handle: (*Server).aclTokenRead, cap: capRead(fsm.AreaOperator)},
-		{method: "PUT", path: "/v1/acl/token/{accessor}", handle: (*Server).aclTokenUpdate, cap: capWrite(fsm.AreaOperator)},
-		{method: "DELETE", path: "/v1/acl/token/{accessor}", handle: (*Server).aclTokenDelete, cap: capWrite(fsm.AreaOperator)},
+		{method: "POST", path: "/v1/acl/bootstrap", handle: (*Server).aclBootstrap, need: capAnyone},
+		{method: "GET", path: "/v1/acl/policies", handle: (*Server).aclPolicyList, need: capRead(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/acl/policy/{name}", handle: (*Server).aclPolicyRead, need: capRead(fsm.AreaOperator)},
+		{method: "PUT", path: "/v1/acl/policy/{name}", handle: (*Server).aclPolicyApply, need: capWrite(fsm.AreaOperator)},
+		{method: "DELETE", path: "/v1/acl/policy/{name}", handle: (*Server).aclPolicyDelete, need: capWrite(fsm.AreaOperator)},
+		{method: "POST", path: "/v1/acl/token", handle: (*Server).aclTokenCreate, need: capWrite(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/acl/tokens", handle: (*Server).aclTokenList, need: capRead(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/acl/token/self", handle: (*Server).aclTokenSelf, need: capAnyToken},
+		{method: "GET", path: "/v1/acl/token/{accessor}", handle: (*Server).aclTokenRead, need: capRead(fsm.AreaOperator)},
+		{method: "PUT", path: "/v1/acl/token/{accessor}", handle: (*Server).aclTokenUpdate, need: capWrite(fsm.AreaOperator)},
+		{method: "DELETE", path: "/v1/acl/token/{accessor}", handle: (*Server).aclTokenDelete, need: capWrite(fsm.AreaOperator)},
 
 		// Gossip keyring.
-		{method: "GET", path: "/v1/operator/keyring", handle: (*Server).listKeyring, cap: capRead(fsm.AreaOperator)},
-		{method: "POST", path: "/v1/operator/keyring", handle: (*Server).installKey, cap: capWrite(fsm.AreaOperator)},
-		{method: "PUT", path: "/v1/operator/keyring", handle: (*Server).useKey, cap: capWrite(fsm.AreaOperator)},
-		{method: "DELETE", path: "/v1/operator/keyring", handle: (*Server).removeKey, cap: capWrite(fsm.AreaOperator)},
+		{method: "GET", path: "/v1/operator/keyring", handle: (*Server).listKeyring, need: capRead(fsm.AreaOperator)},
+		{method: "POST", path: "/v1/operator/keyring", handle: (*Server).installKey, need: capWrite(fsm.AreaOperator)},
+		{method: "PUT", path: "/v1/operator/keyring", handle: (*Server).useKey, need: capWrite(fsm.AreaOperator)},
+		{method: "DELETE", path: "/v1/operator/keyring", handle: (*Server).removeKey, need: capWrite(fsm.AreaOperator)},
 
 		// Probes and metrics.
-		{method: "GET", path: "/v1/health", handle: (*Server).getHealth, exempt: true, cap: capAnyone},
-		{method: "GET", path: "/v1/ready", handle: (*Server).getReady, exempt: true, cap: capAnyone},
-		{method: "GET", path: "/metrics", handle: (*Server).getMetrics, exempt: true, cap: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/v1/health", handle: (*Server).getHealth, exempt: true, need: capAnyone},
+		{method: "GET", path: "/v1/ready", handle: (*Server).getReady, exempt: true, need: capAnyone},
+		{method: "GET", path: "/metrics", handle: (*Server).getMetrics, exempt: true, need: capRead(fsm.AreaAgent)},
 
 		// Profiling, with Options.EnableDebug.
-		{method: "GET", path: "/debug/pprof/", handle: pprofRoute(pprof.Index), debug: true, exempt: true, cap: capRead(fsm.AreaAgent)},
-		{method: "GET", path: "/debug/pprof/cmdline", handle: pprofRoute(pprof.Cmdline), debug: true, exempt: true, cap: capRead(fsm.AreaAgent)},
-		{method: "GET", path: "/debug/pprof/profile", handle: pprofRoute(pprof.Profile), debug: true, exempt: true, cap: capRead(fsm.AreaAgent)},
-		{method: "GET", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, exempt: true, cap: capRead(fsm.AreaAgent)},
-		{method: "POST", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, exempt: true, cap: capRead(fsm.AreaAgent)},
-		{method: "GET", path: "/debug/pprof/trace", handle: pprofRoute(pprof.Trace), debug: true, exempt: true, cap: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/debug/pprof/", handle: pprofRoute(pprof.Index), debug: true, need: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/debug/pprof/cmdline", handle: pprofRoute(pprof.Cmdline), debug: true, need: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/debug/pprof/profile", handle: pprofRoute(pprof.Profile), debug: true, need: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, need: capRead(fsm.AreaAgent)},
+		{method: "POST", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, need: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/debug/pprof/trace", handle: pprofRoute(pprof.Trace), debug: true, need: capRead(fsm.AreaAgent)},
 	}
 }

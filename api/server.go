@@ -85,6 +85,31 @@ type Options struct {
 	MaxAllocateWait time.Duration
 	// Logger receives request logs at debug level and errors.
 	Logger hclog.Logger
+
+	// Abuse limits (guard.go, limits.go, audit.go, snapshot.go).
+
+	// LoopbackOnly refuses requests whose Host is not a loopback name
+	// (403 host_not_allowed): the agent listens on a loopback address.
+	LoopbackOnly bool
+	// MaxInFlightPerClient bounds the slots one client address holds at
+	// once; one more is answered 429 overloaded. Default MaxInFlight/4;
+	// negative: no bound.
+	MaxInFlightPerClient int
+	// BodyTimeout bounds reading a request body (408 body_timeout past
+	// it); SnapshotBodyTimeout a snapshot upload's. ResponseTimeout bounds
+	// writing an answer.
+	BodyTimeout         time.Duration
+	SnapshotBodyTimeout time.Duration
+	ResponseTimeout     time.Duration
+	// SnapshotDir is where snapshot uploads are spooled (default
+	// os.TempDir()); MaxSnapshotBytes caps one (default
+	// transport.MaxRestoreBytes); MaxSnapshotUploads bounds those at once
+	// (default 1; one more is answered 429).
+	SnapshotDir        string
+	MaxSnapshotBytes   int64
+	MaxSnapshotUploads int
+	// Auditor, when set, receives a record of every write request.
+	Auditor Auditor
 }
 
 func (o *Options) fillDefaults() {
@@ -112,6 +137,7 @@ func (o *Options) fillDefaults() {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
+	o.fillLimitDefaults()
 }
 
 // Server is the HTTP API of one node. It is an http.Handler.
@@ -123,6 +149,9 @@ type Server struct {
 	inFlight chan struct{}
 	blocking chan struct{}
 	metrics  *metrics
+	clients  *clientSlots
+	load     *loadWindow
+	uploads  chan struct{}
 }
 
 // New returns the API over a node.
@@ -135,6 +164,9 @@ func New(b Backend, opts Options) *Server {
 		mux:      http.NewServeMux(),
 		inFlight: make(chan struct{}, opts.MaxInFlight),
 		blocking: make(chan struct{}, opts.MaxBlocking),
+		clients:  &clientSlots{max: opts.MaxInFlightPerClient, n: map[string]int{}},
+		load:     &loadWindow{now: time.Now},
+		uploads:  make(chan struct{}, opts.MaxSnapshotUploads),
 	}
 	s.metrics = newMetrics(s)
 	for _, rt := range routes() {
@@ -208,14 +240,11 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
-		var err error
+		err := s.screen(rt, sw, r)
 		sl := &slot{release: func() {}}
-		if !rt.exempt {
-			var ok bool
-			if sl.release, ok = s.acquire(isBlocking(r)); ok {
+		if err == nil && !rt.exempt {
+			if sl.release, err = s.admit(r); err == nil {
 				r = r.WithContext(context.WithValue(r.Context(), slotKey{}, sl))
-			} else {
-				err = errOverloaded
 			}
 		}
 		if err == nil {
@@ -233,6 +262,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		code := sw.status()
 		d := time.Since(start)
 		s.metrics.observe(label, code, d)
+		s.audit(r, sw, code, start)
 		if s.log.IsDebug() { // the arguments alone cost allocations per request
 			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "code", code, "duration", d)
 		}

@@ -25,6 +25,11 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, cmd fsm.Command, 
 		return fsm.Result{}, err
 	}
 	fsm.SetRequestID(cmd, id)
+	// What the API can judge by itself is refused here, without a log
+	// entry.
+	if err := fsm.Precheck(cmd); err != nil {
+		return fsm.Result{}, err
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
 	defer cancel()
 	start := time.Now()

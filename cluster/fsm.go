@@ -145,6 +145,10 @@ var snapshotMagic = []byte("DMSCFSM1")
 
 const snapshotHeaderLen = 8 + 8 + 8
 
+// RaftSnapshotHeaderLen is the length of the header WriteRaftSnapshotHeader
+// writes.
+const RaftSnapshotHeaderLen = snapshotHeaderLen
+
 // Snapshot captures the state. Raft calls it between applies; the encoding
 // is done here, under the read lock, and Persist only writes bytes.
 func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {

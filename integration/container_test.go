@@ -621,6 +621,9 @@ func httpDo(ctx context.Context, tc *tls.Config, method, url, body string) (int,
 	if err != nil {
 		return 0, "", err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return 0, "", err

@@ -82,6 +82,17 @@ const (
 	// CodePermissionDenied: with ACLs on, the request's token does not
 	// grant the route's capability (HTTP 403).
 	CodePermissionDenied = "permission_denied"
+
+	// CodeUnsupportedMediaType: a write's body is not application/json
+	// (application/octet-stream for a snapshot upload).
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeHostNotAllowed: the agent listens on a loopback address and the
+	// request's Host header is not a loopback name (DNS rebinding).
+	CodeHostNotAllowed = "host_not_allowed"
+	// CodeCrossOrigin: a browser sent a write from another origin.
+	CodeCrossOrigin = "cross_origin"
+	// CodeBodyTimeout: the request body did not arrive in time.
+	CodeBodyTimeout = "body_timeout"
 )
 
 // RetryableCode reports whether an error with this code may succeed if
@@ -311,6 +322,8 @@ type NodeStatus struct {
 	AppliedIndex uint64   `json:"applied_index"`
 	Term         uint64   `json:"term"`
 	Ready        bool     `json:"ready"`
+	// Reason says why a node is not ready (GET /v1/ready answering 503).
+	Reason string `json:"reason,omitempty"`
 }
 
 // AgentSelf describes the answering agent (GET /v1/agent/self).

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -120,6 +119,7 @@ func (c *agentCommand) Run(args []string) int {
 func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, logOut io.Writer) (err error) {
 	logger := cfg.Logger(logOut)
 	log := logger.Named("agent")
+	raiseFileLimit(log)
 
 	tlsStore, err := cfg.LoadTLS()
 	if err != nil {
@@ -175,15 +175,22 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		return fmt.Errorf("start: %w", err)
 	}
 
+	auditor, closeAudit, err := openAudit(cfg, dataDir, logger.Named("audit"))
+	if err != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		_ = node.Shutdown(shutdownCtx)
+		return err
+	}
+	defer closeAudit()
 	var extraReady atomic.Bool
 	extraReady.Store(!cfg.Dev)
-	srv := &http.Server{
-		Handler:           apiHandler(node, cfg, extraReady.Load, logger.Named("http")),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-	}
+	srv := newHTTPServer(apiHandler(node, cfg, httpExtras{
+		ready: extraReady.Load, loopbackOnly: isLoopbackListener(ln), snapshotDir: dataDir, auditor: auditor,
+	}, logger.Named("http")), logger.Named("http"))
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(httpsListener(ln, tlsStore, cfg)) }()
+	httpLn := limitListener(ln, cfg, tlsStore != nil, logger.Named("http"))
+	go func() { serveErr <- srv.Serve(httpsListener(httpLn, tlsStore, cfg)) }()
 
 	self := node.Self()
 	log.Info("agent started", "node", self.ID, "role", roleOf(cfg), "version", version,

@@ -57,11 +57,11 @@ func TestAgentHostRegistersWithServer(t *testing.T) {
 	var mu sync.Mutex
 	nodes := map[string]*cluster.Node{}
 	defaultHandler := apiHandler
-	apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, ready func() bool, logger hclog.Logger) http.Handler {
+	apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, x httpExtras, logger hclog.Logger) http.Handler {
 		mu.Lock()
 		nodes[cfg.NodeName] = node
 		mu.Unlock()
-		return defaultHandler(node, cfg, ready, logger)
+		return defaultHandler(node, cfg, x, logger)
 	}
 	t.Cleanup(func() { apiHandler = defaultHandler })
 

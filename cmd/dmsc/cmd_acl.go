@@ -73,21 +73,9 @@ func formatToken(t *client.ACLToken) string {
 	rows = append(rows, [2]string{"Created", t.CreateTime.UTC().Format(time.RFC3339)})
 	var b strings.Builder
 	for _, r := range rows {
-		fmt.Fprintf(&b, "%-12s %s\n", r[0]+":", aclPrintable(r[1]))
+		fmt.Fprintf(&b, "%-12s %s\n", r[0]+":", r[1])
 	}
 	return b.String()
-}
-
-// aclPrintable quotes a value that holds a control character, so that
-// nothing the server sends can drive the terminal.
-func aclPrintable(s string) string {
-	for _, r := range s {
-		if r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			q := fmt.Sprintf("%q", s)
-			return q[1 : len(q)-1]
-		}
-	}
-	return s
 }
 
 // aclBootstrapCommand is `dmsc acl bootstrap`.
@@ -195,7 +183,7 @@ func (c *aclPolicyApplyCommand) Run(args []string) int {
 			c.printJSON(p)
 			return nil
 		}
-		c.ui.Output("Applied policy " + aclPrintable(p.Name))
+		c.ui.Output("Applied policy " + p.Name)
 		return nil
 	})
 }
@@ -228,7 +216,7 @@ func (c *aclPolicyListCommand) Run(args []string) int {
 		}
 		rows := make([][]string, 0, len(list))
 		for _, p := range list {
-			rows = append(rows, []string{aclPrintable(p.Name), aclPrintable(p.Description)})
+			rows = append(rows, []string{p.Name, p.Description})
 		}
 		c.output(table([]string{"NAME", "DESCRIPTION"}, rows))
 		return nil
@@ -263,7 +251,7 @@ func (c *aclPolicyReadCommand) Run(args []string) int {
 			return nil
 		}
 		rules, _ := json.MarshalIndent(p.Rules, "", "  ")
-		c.output(fmt.Sprintf("Name:        %s\nDescription: %s\nRules:\n%s", aclPrintable(p.Name), aclPrintable(p.Description), rules))
+		c.output(fmt.Sprintf("Name:        %s\nDescription: %s\nRules:\n%s", p.Name, p.Description, rules))
 		return nil
 	})
 }
@@ -290,7 +278,7 @@ func (c *aclPolicyDeleteCommand) Run(args []string) int {
 		if _, err := cl.ACLPolicyDelete(ctx, pos[0]); err != nil {
 			return err
 		}
-		c.ui.Output("Deleted policy " + aclPrintable(pos[0]))
+		c.ui.Output("Deleted policy " + pos[0])
 		return nil
 	})
 }
@@ -423,7 +411,7 @@ func (c *aclTokenListCommand) Run(args []string) int {
 			if t.Management {
 				pol = "(management)"
 			}
-			rows = append(rows, []string{t.AccessorID, aclPrintable(pol), expires, aclPrintable(t.Description)})
+			rows = append(rows, []string{t.AccessorID, pol, expires, t.Description})
 		}
 		c.output(table([]string{"ACCESSOR", "POLICIES", "EXPIRES", "DESCRIPTION"}, rows))
 		return nil
@@ -512,7 +500,7 @@ func (c *aclTokenDeleteCommand) Run(args []string) int {
 		if _, err := cl.ACLTokenDelete(ctx, pos[0]); err != nil {
 			return err
 		}
-		c.ui.Output("Deleted token " + aclPrintable(pos[0]))
+		c.ui.Output("Deleted token " + pos[0])
 		return nil
 	})
 }

@@ -15,10 +15,14 @@ import (
 // configuration summary. ready reports extra conditions of this agent
 // (the dev agent's sample inventory); /v1/ready checks them after the
 // node's own readiness. A variable, so that tests can wrap it.
-var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, ready func() bool, logger hclog.Logger) http.Handler {
+var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, x httpExtras, logger hclog.Logger) http.Handler {
 	return api.New(node, api.Options{
-		Version: version,
-		Role:    roleOf(cfg),
+		Ready:        x.ready,
+		LoopbackOnly: x.loopbackOnly,
+		SnapshotDir:  x.snapshotDir,
+		Auditor:      x.auditor,
+		Version:      version,
+		Role:         roleOf(cfg),
 		Config: map[string]any{
 			"dev": cfg.Dev, "config_files": cfg.ConfigFiles, "node_name": cfg.NodeName, "data_dir": cfg.DataDir,
 			"bind_addr": cfg.BindAddr, "advertise_addr": cfg.AdvertiseAddr, "http_addr": cfg.HTTPAddr,
@@ -32,8 +36,9 @@ var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, ready func() 
 			"tls": cfg.TLSEnabled(), "tls_verify_incoming": cfg.TLSVerifyIncoming,
 			"tls_verify_server_hostname": cfg.TLSVerifyServerHostname, "tls_verify_https_client": cfg.TLSVerifyHTTPSClient,
 			"acl_enabled": cfg.ACLEnabled, "acl_token_set": cfg.ACLToken != "",
+			"http_max_conns_per_client": cfg.HTTPMaxConnsPerClient, "http_max_conns": cfg.HTTPMaxConns,
+			"audit": x.auditor != nil,
 		},
-		Ready:       ready,
 		EnableDebug: cfg.EnableDebug,
 		ACLEnabled:  cfg.ACLEnabled,
 		Logger:      logger,

@@ -36,6 +36,7 @@ func run(args []string) int {
 
 // commands lists the subcommands. Each subcommand lives in its own file.
 func commands(ui cli.Ui) map[string]cli.CommandFactory {
+	ui = safeUI{ui}
 	m := map[string]cli.CommandFactory{
 		"agent":       func() (cli.Command, error) { return &agentCommand{ui: ui}, nil },
 		"check-ready": func() (cli.Command, error) { return &checkReadyCommand{ui: ui}, nil },

@@ -129,6 +129,13 @@ type Config struct {
 	// sends it with its inventory).
 	ACLEnabled bool
 	ACLToken   string
+	// Limits and the audit log (limits.go).
+	HTTPMaxConnsPerClient int
+	HTTPMaxConns          int
+	AuditEnabled          bool
+	AuditPath             string
+	AuditMaxBytes         int
+	AuditMaxFiles         int
 }
 
 // Default is the configuration before any file, environment or flag.
@@ -148,6 +155,10 @@ func Default() Config {
 
 		TLSVerifyIncoming:       true,
 		TLSVerifyServerHostname: true,
+
+		HTTPMaxConnsPerClient: DefaultHTTPMaxConnsPerClient,
+		AuditMaxBytes:         DefaultAuditMaxBytes,
+		AuditMaxFiles:         DefaultAuditMaxFiles,
 	}
 }
 
@@ -246,6 +257,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > 0 && c.HeartbeatTimeout > 0 && c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("leader-lease-timeout %s exceeds heartbeat-timeout %s", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if err := c.validateLimits(); err != nil {
+		return err
 	}
 	return c.validateTLS()
 }

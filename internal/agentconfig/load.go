@@ -43,6 +43,8 @@ type fileConfig struct {
 	Host              *hostBlock   `hcl:"host,block"`
 	TLS               *tlsBlock    `hcl:"tls,block"`
 	ACL               *aclBlock    `hcl:"acl,block"`
+	Limits            *limitsBlock `hcl:"limits,block"`
+	Audit             *auditBlock  `hcl:"audit,block"`
 }
 
 type aclBlock struct {

@@ -81,6 +81,13 @@ var Settings = []Setting{
 	{"acl-enabled", "DMSC_ACL_ENABLED", "acl.enabled", "check ACL tokens on every HTTP API request and on host registration (bootstrap with dmsc acl bootstrap)", func(c *Config) any { return &c.ACLEnabled }},
 	{"acl-token", "DMSC_ACL_TOKEN", "acl.token", "this agent's own ACL token: a host registers its devices with it when ACLs are on", func(c *Config) any { return &c.ACLToken }},
 	{"tls-verify-https-client", "DMSC_TLS_VERIFY_HTTPS_CLIENT", "tls.verify_https_client", "the HTTPS API requires a client certificate of the CA (default false)", func(c *Config) any { return &c.TLSVerifyHTTPSClient }},
+
+	{"http-max-conns-per-client", "DMSC_HTTP_MAX_CONNS_PER_CLIENT", "limits.http_max_conns_per_client", "HTTP API connections one client IP address may hold open; more are answered 429 and closed (0: unlimited)", func(c *Config) any { return &c.HTTPMaxConnsPerClient }},
+	{"http-max-conns", "DMSC_HTTP_MAX_CONNS", "limits.http_max_conns", "HTTP API connections open at once from all clients; more are answered 429 and closed (0: unlimited)", func(c *Config) any { return &c.HTTPMaxConns }},
+	{"audit-enabled", "DMSC_AUDIT_ENABLED", "audit.enabled", "append every write request to the audit log, one JSON line each", func(c *Config) any { return &c.AuditEnabled }},
+	{"audit-path", "DMSC_AUDIT_PATH", "audit.path", "file of the audit log (default: DATA_DIR/audit/audit.log)", func(c *Config) any { return &c.AuditPath }},
+	{"audit-max-bytes", "DMSC_AUDIT_MAX_BYTES", "audit.max_bytes", "size at which the audit log is rotated to PATH.1, PATH.2, ...", func(c *Config) any { return &c.AuditMaxBytes }},
+	{"audit-max-files", "DMSC_AUDIT_MAX_FILES", "audit.max_files", "rotated audit log files kept (0: none)", func(c *Config) any { return &c.AuditMaxFiles }},
 }
 
 // isBool reports whether the setting is a switch.
