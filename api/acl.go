@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -201,8 +202,11 @@ func requestNamespace(r *http.Request, rt route) (string, error) {
 	ns := r.URL.Query().Get("namespace")
 	if rt.bodyNamespace && r.Body != nil {
 		data, err := io.ReadAll(r.Body)
+		if isTimeout(err) {
+			return "", errBodyTimeout
+		}
 		if err != nil {
-			return "", err
+			return "", err // over the cap: *http.MaxBytesError, a 413
 		}
 		r.Body = io.NopCloser(bytes.NewReader(data))
 		var peek struct {
@@ -353,6 +357,19 @@ func (s *Server) aclBootstrap(w http.ResponseWriter, r *http.Request) error {
 	body, err := decodeWrite(r.Body)
 	if err != nil {
 		return err
+	}
+	// Anyone may ask, so a cluster already bootstrapped answers from the
+	// local replica without a log entry (the state machine still refuses
+	// a second bootstrap that races this check).
+	var (
+		done bool
+		at   uint64
+	)
+	if _, err := s.b.Read(r.Context(), cluster.ReadOptions{}, func(st *fsm.State) { done, at = st.ACLBootstrapped() }); err != nil {
+		return err
+	}
+	if done {
+		return &fsm.Error{Code: fsm.ErrConflict.Code, Message: fmt.Sprintf("ACLs were bootstrapped at index %d", at)}
 	}
 	secret, hash, err := newSecret()
 	if err != nil {

@@ -10,8 +10,7 @@ import (
 // TestBadInputNeverReachesRaft sends input the API can judge by itself to
 // every write route: each is answered 4xx and not one command is applied.
 func TestBadInputNeverReachesRaft(t *testing.T) {
-	e := newEnv(t, Options{})
-	e.seed()
+	e, _ := newACLEnv(t, Options{}) // ACLs on, so that their routes count; the management token
 	esc := url.PathEscape
 	long := strings.Repeat("x", 300)
 	const alloc = "00000000-0000-5000-8000-000000000000"
@@ -56,6 +55,17 @@ func TestBadInputNeverReachesRaft(t *testing.T) {
 		{"keyring use unknown field", "PUT", "/v1/operator/keyring", `{"key":"k","primary":true}`},
 		{"keyring remove empty", "DELETE", "/v1/operator/keyring", `{"key":""}`},
 		{"snapshot garbage", "PUT", "/v1/snapshot", `garbage`},
+		{"bootstrap again", "POST", "/v1/acl/bootstrap", ``},
+		{"policy bad name", "PUT", "/v1/acl/policy/" + esc("p q"), `{"rules":{}}`},
+		{"policy bad access", "PUT", "/v1/acl/policy/p", `{"rules":{"devices":"root"}}`},
+		{"policy bad namespace", "PUT", "/v1/acl/policy/p", `{"rules":{"namespaces":{"../x":"read"}}}`},
+		{"policy long description", "PUT", "/v1/acl/policy/p", `{"description":"` + strings.Repeat("d", 2000) + `","rules":{}}`},
+		{"delete policy bad name", "DELETE", "/v1/acl/policy/" + esc("\x1b[2J"), ``},
+		{"token negative ttl", "POST", "/v1/acl/token", `{"ttl":"-1h"}`},
+		{"token bad policy name", "POST", "/v1/acl/token", `{"policies":["a b"]}`},
+		{"token unknown field", "POST", "/v1/acl/token", `{"management":true}`},
+		{"update token bad accessor", "PUT", "/v1/acl/token/" + long, `{"policies":[]}`},
+		{"delete token bad accessor", "DELETE", "/v1/acl/token/" + esc("t\x00"), ``},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -151,8 +151,9 @@ func newACLState() *aclState {
 
 // Limits on ACL objects.
 const (
-	MaxACLNameLength = 128
-	MaxACLPolicies   = 64
+	MaxACLNameLength        = 128
+	MaxACLPolicies          = 64
+	MaxACLDescriptionLength = 1024
 )
 
 func validACLName(s string) bool {
@@ -224,7 +225,18 @@ func (s *State) aclBootstrap(idx uint64, c *ACLBootstrap) Result {
 	return Result{}
 }
 
-func (s *State) validateToken(t *ACLToken) *Error {
+// checkPolicyShape judges what can be judged of a policy without the
+// state: its name, description and rules (Precheck and Apply share it).
+func checkPolicyShape(p *ACLPolicy) *Error {
+	if !validACLName(p.Name) || len(p.Description) > MaxACLDescriptionLength {
+		return errf(ErrInvalid, "policy name %q is not 1 to %d letters, digits, '-', '_' or '.' (or the description is over %d bytes)", p.Name, MaxACLNameLength, MaxACLDescriptionLength)
+	}
+	return validateRules(&p.Rules)
+}
+
+// checkTokenShape judges what can be judged of a token without the state
+// (Precheck and Apply share it).
+func checkTokenShape(t *ACLToken) *Error {
 	switch {
 	case t.AccessorID == AnonymousAccessorID:
 		if t.SecretHash != "" || t.Management || t.ExpiresAt != 0 {
@@ -238,8 +250,20 @@ func (s *State) validateToken(t *ACLToken) *Error {
 	if len(t.Policies) > MaxACLPolicies {
 		return errf(ErrInvalid, "a token names at most %d policies", MaxACLPolicies)
 	}
-	if t.ExpiresAt < 0 || len(t.Description) > 1024 {
-		return errf(ErrInvalid, "bad expiry or description")
+	if t.ExpiresAt < 0 || len(t.Description) > MaxACLDescriptionLength {
+		return errf(ErrInvalid, "bad expiry or a description over %d bytes", MaxACLDescriptionLength)
+	}
+	for _, p := range t.Policies {
+		if !validACLName(p) {
+			return errf(ErrInvalid, "policy name %q is not 1 to %d letters, digits, '-', '_' or '.'", p, MaxACLNameLength)
+		}
+	}
+	return nil
+}
+
+func (s *State) validateToken(t *ACLToken) *Error {
+	if err := checkTokenShape(t); err != nil {
+		return err
 	}
 	for _, p := range t.Policies {
 		if s.acl.policies[p] == nil {
@@ -272,10 +296,7 @@ func (s *State) putToken(idx uint64, t *ACLToken) {
 
 func (s *State) aclPolicyUpsert(idx uint64, c *ACLPolicyUpsert) Result {
 	p := c.Policy
-	if !validACLName(p.Name) || len(p.Description) > 1024 {
-		return Result{Err: errf(ErrInvalid, "policy name %q is not 1 to %d letters, digits, '-', '_' or '.'", p.Name, MaxACLNameLength)}
-	}
-	if err := validateRules(&p.Rules); err != nil {
+	if err := checkPolicyShape(&p); err != nil {
 		return Result{Err: err}
 	}
 	p.Rules.HostRegister = slices.Clone(p.Rules.HostRegister)

@@ -63,6 +63,17 @@ func precheck(c Command) *Error {
 		if r.MaxAge <= 0 {
 			return errf(ErrInvalid, "retention age %v must be positive", r.MaxAge)
 		}
+	case *ACLPolicyUpsert:
+		return checkPolicyShape(&c.Policy)
+	case *ACLPolicyDelete:
+		return precheckACLName("policy", c.Name)
+	case *ACLTokenUpsert:
+		if c.TTL < 0 {
+			return errf(ErrInvalid, "negative token TTL")
+		}
+		return checkTokenShape(&c.Token)
+	case *ACLTokenDelete:
+		return precheckACLName("accessor", c.AccessorID)
 	case *SetServerRemoved:
 		if c.ServerID == "" || len(c.ServerID) > MaxServerIDLength {
 			return errf(ErrInvalid, "server id %q is empty or longer than %d bytes", c.ServerID, MaxServerIDLength)
@@ -135,6 +146,13 @@ func precheckPolicy(c *SetPolicy) *Error {
 	}
 	if !c.Config.Policy.Valid() {
 		return errf(ErrInvalid, "unknown policy %q", c.Config.Policy)
+	}
+	return nil
+}
+
+func precheckACLName(kind, name string) *Error {
+	if !validACLName(name) {
+		return errf(ErrInvalid, "%s %q is not 1 to %d letters, digits, '-', '_' or '.'", kind, name, MaxACLNameLength)
 	}
 	return nil
 }
