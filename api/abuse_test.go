@@ -318,3 +318,50 @@ func TestSnapshotUploadGarbage(t *testing.T) {
 	e.do("PUT", "/v1/snapshot", string(snap)).apiErr(429, wire.CodeOverloaded)
 	<-e.srv.uploads
 }
+
+// TestAuditNamesTheToken: with ACLs on, each line names the accessor of
+// the token the write carried, whether it was carried out, refused by the
+// ACL check or refused before it (415).
+func TestAuditNamesTheToken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	log, err := OpenAuditLog(path, 0, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, mgmt := newACLEnv(t, Options{Auditor: log})
+	e.policy("reader", wire.ACLRules{Namespaces: map[string]string{"default": "read"}})
+	reader := e.newToken("reader")
+	var self wire.ACLToken
+	e.do("GET", "/v1/acl/token/self", "", wire.HeaderToken, reader).ok(200).decode(&self)
+	var boot wire.ACLToken
+	e.do("GET", "/v1/acl/token/self", "", wire.HeaderToken, mgmt).ok(200).decode(&boot)
+
+	e.do("POST", "/v1/allocations", gpuReq, wire.HeaderToken, reader).ok(403)
+	e.do("POST", "/v1/devices/g1/drain", `{}`, "Content-Type", "text/plain", wire.HeaderToken, mgmt).ok(415)
+	e.do("POST", "/v1/allocations", gpuReq, wire.HeaderToken, "not-a-token").ok(401)
+	if err := log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	want := []struct {
+		accessor string
+		status   int
+	}{{self.AccessorID, 403}, {boot.AccessorID, 415}, {"unknown", 401}}
+	if len(lines) < len(want) {
+		t.Fatalf("%d lines:\n%s", len(lines), data)
+	}
+	for i, w := range want {
+		var rec AuditRecord
+		line := lines[len(lines)-len(want)+i]
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Accessor != w.accessor || rec.Status != w.status {
+			t.Errorf("line %q: want accessor %q and status %d", line, w.accessor, w.status)
+		}
+	}
+}

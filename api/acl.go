@@ -194,6 +194,17 @@ func (s *Server) resolveToken(r *http.Request) (fsm.ACLToken, *fsm.Authorizer, e
 	return tok, authz, nil
 }
 
+// accessorOf names the token a request carries for the audit log: its
+// accessor, "anonymous" for none, "unknown" for a secret the replica does
+// not know.
+func (s *Server) accessorOf(r *http.Request) string {
+	tok, _, _ := s.resolveToken(r)
+	if tok.AccessorID == "" {
+		return "unknown"
+	}
+	return tok.AccessorID
+}
+
 // requestNamespace is the namespace an allocation route acts in:
 // ?namespace=, or for a create the body's namespace (they must agree when
 // both are given), else "default". "*" (every namespace the token may

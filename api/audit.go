@@ -41,6 +41,11 @@ func (s *Server) audit(r *http.Request, w http.ResponseWriter, status int, at ti
 		return
 	}
 	c := callerOf(r.Context())
+	if c.accessor == "" && s.opts.ACLEnabled {
+		// Refused before the ACL check (415, Host, origin, overload): say
+		// whose token it carried all the same.
+		c.accessor = s.accessorOf(r)
+	}
 	ns := c.namespace
 	if ns == "" && r.URL.RawQuery != "" {
 		ns = r.URL.Query().Get("namespace")
