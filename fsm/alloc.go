@@ -33,15 +33,6 @@ const (
 	MaxDuration   = 366 * 24 * time.Hour
 )
 
-// ValidateRequest checks a request as Allocate does, so that a caller can
-// refuse a bad one before it reaches the log.
-func ValidateRequest(r *Request) error {
-	if err := validateRequest(r); err != nil {
-		return err
-	}
-	return nil
-}
-
 func validateRequest(r *Request) *Error {
 	if len(r.Claims) == 0 {
 		return errf(ErrInvalid, "request has no claims")
