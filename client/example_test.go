@@ -99,3 +99,52 @@ func ExampleAPIError_whyNot() {
 	// claim 0 (1 x GPU): 0 fit
 	//   2 removed: capability memory_gb too small
 }
+
+// With ACLs on, a client sends a token (Config.Token, else DMSC_TOKEN)
+// and acts in a namespace its token's policies name.
+func Example_allocateWithToken() {
+	// A one-node cluster with ACLs on; the operator gave team A a token
+	// whose policy may write allocations in namespace team-a and read
+	// devices (dmsc acl policy apply, dmsc acl token create).
+	addr, teamToken, stop, err := exampleACLAgent()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+
+	ctx := context.Background()
+	c, err := client.New(client.Config{
+		Addresses: []string{addr},
+		Token:     teamToken,
+		Namespace: "team-a",
+		Timeout:   10 * time.Second,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	gpu := client.Request{Claims: []client.Claim{{Type: client.GPU, Count: 1}}}
+
+	// Another team's namespace is refused before anything is done.
+	_, _, err = c.Allocate(ctx, client.AllocateRequest{Request: gpu, Namespace: "team-b"})
+	fmt.Println("in team-b:", errors.Is(err, client.ErrPermissionDenied))
+
+	a, _, err := c.Allocate(ctx, client.AllocateRequest{Request: gpu})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s in %s: %s on host %s\n", a.Status, a.Namespace, a.Devices[0].DeviceID, a.Host)
+
+	released, _, err := c.Release(ctx, a.ID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(released.Status)
+	// Output:
+	// in team-b: true
+	// active in team-a: g2 on host h1
+	// released
+}

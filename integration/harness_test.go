@@ -110,6 +110,11 @@ type Options struct {
 	// take only mutual TLS, the API serves HTTPS, and the harness talks
 	// to it with a client certificate.
 	TLS bool
+	// ACL turns ACLs on (-acl-enabled on every agent). Boot starts the
+	// servers, bootstraps ACLs and keeps the management secret in
+	// Cluster.Token, gives each host a token that may register only that
+	// host (-acl-token), then starts the hosts.
+	ACL bool
 }
 
 // serverFlags tune every server for a LAN on one machine: Raft at the
@@ -163,8 +168,12 @@ type Cluster struct {
 	// own 5 s hold for a leader).
 	AttemptTimeout time.Duration
 	// PKI is the cluster's CA and certificates with Options.TLS, else nil.
-	PKI  *PKI
-	http *http.Client
+	PKI *PKI
+	// Token is sent as X-Dmsc-Token with every request (Options.ACL: the
+	// management token's secret).
+	Token string
+	acl   bool
+	http  *http.Client
 }
 
 // NewCluster prepares the processes (ports, data directories, devices
@@ -182,7 +191,7 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 		opts.Devices = DefaultDevices
 	}
 	dataRoot, logRoot := t.TempDir(), t.ArtifactDir()
-	c := &Cluster{t: t, AttemptTimeout: 10 * time.Second, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}
+	c := &Cluster{t: t, acl: opts.ACL, AttemptTimeout: 10 * time.Second, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}
 	for i := range opts.Servers {
 		c.Servers = append(c.Servers, newProcess(t, fmt.Sprintf("s%d", i+1), true, logRoot))
 	}
@@ -195,6 +204,10 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 		for _, p := range c.All() {
 			p.tlsArgs = c.PKI.AgentArgs(p.Name, p.Server)
 		}
+	}
+	if opts.ACL {
+		opts.ServerArgs = append([]string{"-acl-enabled"}, opts.ServerArgs...)
+		opts.HostArgs = append([]string{"-acl-enabled"}, opts.HostArgs...)
 	}
 	var join []string
 	for _, s := range c.Servers {
@@ -235,16 +248,75 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	c := NewCluster(t, opts)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	if err := c.Start(c.All()...); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(ctx, c.All()...); err != nil {
+	if err := c.Boot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Leader(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// Boot starts every process and waits until each is ready. With
+// Options.ACL it starts the servers first, bootstraps ACLs (Token is then
+// the management secret), and starts each host with a token of its own
+// whose policy may register only that host.
+func (c *Cluster) Boot(ctx context.Context) error {
+	if !c.acl {
+		if err := c.Start(c.All()...); err != nil {
+			return err
+		}
+		return c.WaitReady(ctx, c.All()...)
+	}
+	if err := c.Start(c.Servers...); err != nil {
+		return err
+	}
+	if err := c.WaitReady(ctx, c.Servers...); err != nil {
+		return err
+	}
+	var boot wire.ACLToken
+	if err := c.Write(ctx, c.Servers, http.MethodPost, "/v1/acl/bootstrap", "harness-acl-bootstrap", nil, &boot); err != nil {
+		return fmt.Errorf("ACL bootstrap: %w", err)
+	}
+	c.Token = boot.SecretID
+	for _, h := range c.Hosts {
+		secret, err := c.NewToken(ctx, "host-"+h.Name, wire.ACLRules{HostRegister: []string{h.Name}}, 0)
+		if err != nil {
+			return fmt.Errorf("token of host %s: %w", h.Name, err)
+		}
+		h.args = append(h.args, "-acl-token", secret)
+	}
+	if err := c.Start(c.Hosts...); err != nil {
+		return err
+	}
+	return c.WaitReady(ctx, c.Hosts...)
+}
+
+// NewToken creates (or replaces) policy name with rules and a token of
+// that policy alone, ending ttl after it is made (0: never), with the
+// cluster's Token; it returns the new token's secret.
+func (c *Cluster) NewToken(ctx context.Context, name string, rules wire.ACLRules, ttl time.Duration) (string, error) {
+	pol := wire.ACLPolicyRequest{Description: "harness: " + name, Rules: rules, RequestID: "harness-policy-" + name}
+	if err := c.Write(ctx, c.Servers, http.MethodPut, "/v1/acl/policy/"+name, pol.RequestID, pol, nil); err != nil {
+		return "", fmt.Errorf("policy %s: %w", name, err)
+	}
+	req := wire.ACLTokenRequest{Description: "harness: " + name, Policies: []string{name}, TTL: wire.Duration(ttl), RequestID: "harness-token-" + name}
+	var tok wire.ACLToken
+	if err := c.Write(ctx, c.Servers, http.MethodPost, "/v1/acl/token", req.RequestID, req, &tok); err != nil {
+		return "", fmt.Errorf("token of policy %s: %w", name, err)
+	}
+	if tok.SecretID == "" {
+		return "", fmt.Errorf("token of policy %s: no secret in the answer", name)
+	}
+	return tok.SecretID, nil
+}
+
+// WithToken is the cluster seen by a client that sends secret instead of
+// Token: same processes, same connections.
+func (c *Cluster) WithToken(secret string) *Cluster {
+	cc := *c
+	cc.Token = secret
+	return &cc
 }
 
 // All lists the servers, then the hosts.
@@ -412,6 +484,9 @@ func (c *Cluster) do(ctx context.Context, p *Process, method, path, requestID st
 	}
 	if requestID != "" {
 		req.Header.Set(wire.HeaderRequestID, requestID)
+	}
+	if c.Token != "" {
+		req.Header.Set(wire.HeaderToken, c.Token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -83,6 +84,9 @@ type runSpec struct {
 	// secure runs the cluster with TLS (Options.TLS) and gossip
 	// encryption on.
 	secure bool
+	// acl runs the cluster with ACLs on (Options.ACL); the clients send
+	// a token that may write allocations in default and read devices.
+	acl bool
 }
 
 // tlsWord is how a line shows whether a run had TLS on.
@@ -107,7 +111,7 @@ type runReport struct {
 // another for D (every other pair of runs with TLS and gossip encryption
 // on). -seed N (or DMSC_SEED=N) replays the runs of a seed.
 func TestLinearizable(t *testing.T) {
-	jepsenSuite(t, false)
+	jepsenSuite(t, false, false)
 }
 
 // TestLinearizableTLS is TestLinearizable on a cluster with TLS and
@@ -119,12 +123,24 @@ func TestLinearizableTLS(t *testing.T) {
 	if *soakFlag > 0 {
 		t.Skip("with -soak, TestLinearizable alternates runs with TLS on and off")
 	}
-	jepsenSuite(t, true)
+	jepsenSuite(t, true, false)
 }
 
-// jepsenSuite makes the runs of TestLinearizable (secure false) or
-// TestLinearizableTLS (secure true) and prints their total.
-func jepsenSuite(t *testing.T, secure bool) {
+// TestLinearizableACL is TestLinearizable on a cluster with ACLs on:
+// every host registers with a token of its own, and the clients'
+// writes and reads carry a token that may write allocations in the
+// default namespace and read devices, while servers are killed, frozen
+// and partitioned. One run on 3 servers.
+func TestLinearizableACL(t *testing.T) {
+	if *soakFlag > 0 {
+		t.Skip("a soak runs TestLinearizable")
+	}
+	jepsenSuite(t, false, true)
+}
+
+// jepsenSuite makes the runs of TestLinearizable, TestLinearizableTLS
+// (secure) or TestLinearizableACL (acl) and prints their total.
+func jepsenSuite(t *testing.T, secure, acl bool) {
 	seed := *seedFlag
 	if seed == 0 {
 		if v := os.Getenv(seedEnv); v != "" {
@@ -145,6 +161,10 @@ func jepsenSuite(t *testing.T, secure bool) {
 	var specs []runSpec
 	switch {
 	case *soakFlag > 0:
+	case acl && testing.Short():
+		specs = []runSpec{{servers: 3, duration: 12 * time.Second, acl: true}}
+	case acl:
+		specs = []runSpec{{servers: 3, duration: 18 * time.Second, acl: true}}
 	case secure && testing.Short():
 		specs = []runSpec{{servers: 3, duration: 12 * time.Second, secure: true}}
 	case secure:
@@ -183,6 +203,9 @@ func jepsenSuite(t *testing.T, secure bool) {
 		if spec.secure {
 			name += "-tls"
 		}
+		if spec.acl {
+			name += "-acl"
+		}
 		var rep runReport
 		ok := t.Run(name, func(t *testing.T) {
 			rep = jepsenRun(t, spec)
@@ -216,8 +239,8 @@ func jepsenSuite(t *testing.T, secure bool) {
 func jepsenRun(t *testing.T, spec runSpec) runReport {
 	began := time.Now()
 	rep := runReport{}
-	fmt.Printf("jepsen: run %d: seed=%d servers=%d tls=%s hosts=%d clients=%d duration=%v\n",
-		spec.n, spec.seed, spec.servers, tlsWord(spec.secure), spec.hosts, spec.clients, spec.duration)
+	fmt.Printf("jepsen: run %d: seed=%d servers=%d tls=%s acl=%s hosts=%d clients=%d duration=%v\n",
+		spec.n, spec.seed, spec.servers, tlsWord(spec.secure), tlsWord(spec.acl), spec.hosts, spec.clients, spec.duration)
 	rng := rand.New(rand.NewPCG(spec.seed, 2))
 
 	parts, err := newPartitioner(t)
@@ -228,7 +251,7 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 	}
 	opts := Options{
 		Servers: spec.servers, Hosts: spec.hosts, Devices: jepsenDevices,
-		ServerArgs: jepsenServerArgs, HostArgs: jepsenHostArgs,
+		ServerArgs: jepsenServerArgs, HostArgs: jepsenHostArgs, ACL: spec.acl,
 	}
 	if spec.secure {
 		// Every agent gets its certificate from the harness's CA and the
@@ -243,10 +266,7 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 		parts.attach(c.All())
 	}
 	ctx := testContext(t, spec.duration+4*time.Minute)
-	if err := c.Start(c.All()...); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(ctx, c.All()...); err != nil {
+	if err := c.Boot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var catalog []catalogDevice
@@ -269,7 +289,11 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 	}
 
 	c.AttemptTimeout = 3 * time.Second
-	w := &workload{c: c, model: newAllocModel(catalog), start: time.Now(), opTimeout: 20 * time.Second, leaseTTL: 2 * time.Hour}
+	clientView := c
+	if spec.acl {
+		clientView = jepsenClientToken(t, ctx, c)
+	}
+	w := &workload{c: clientView, model: newAllocModel(catalog), start: time.Now(), opTimeout: 20 * time.Second, leaseTTL: 2 * time.Hour}
 	logf := func(format string, args ...any) {
 		t.Logf("%8.3fs "+format, append([]any{float64(w.now()) / 1e9}, args...)...)
 	}
@@ -324,10 +348,30 @@ func jepsenRun(t *testing.T, spec runSpec) runReport {
 		t.Errorf("history, visualization and logs saved in %s", dir)
 	}
 	rep.took = time.Since(began)
-	fmt.Printf("jepsen: run %d: seed=%d servers=%d tls=%s ops=%d checked=%d unknown=%d resolved=%d linearizable=%s faults{%s} violations=%d failover_median_ms=%d took=%v\n",
-		spec.n, spec.seed, spec.servers, tlsWord(spec.secure), rep.ops, rep.checked, rep.unknown, rep.resolved, check.result,
+	fmt.Printf("jepsen: run %d: seed=%d servers=%d tls=%s acl=%s ops=%d checked=%d unknown=%d resolved=%d linearizable=%s faults{%s} violations=%d failover_median_ms=%d took=%v\n",
+		spec.n, spec.seed, spec.servers, tlsWord(spec.secure), tlsWord(spec.acl), rep.ops, rep.checked, rep.unknown, rep.resolved, check.result,
 		formatFaults(rep.faults), len(rep.violations), median(rep.failovers).Milliseconds(), rep.took.Round(100*time.Millisecond))
 	return rep
+}
+
+// jepsenClientToken is c as the workload's clients see it with ACLs on:
+// with a token that may write allocations in default and read devices,
+// and nothing else (checked: it may not save a snapshot).
+func jepsenClientToken(t *testing.T, ctx context.Context, c *Cluster) *Cluster {
+	t.Helper()
+	secret, err := c.NewToken(ctx, "jepsen-client", wire.ACLRules{Namespaces: map[string]string{"default": "write"}, Devices: "read"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := c.WithToken(secret)
+	var apiErr *APIError
+	if _, err := fetchSnapshot(ctx, cc, c.Servers[0]); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
+		t.Fatalf("the clients' token saved a snapshot: %v", err)
+	}
+	if err := cc.Get(ctx, c.Servers[0], "/v1/retention", nil); !errors.As(err, &apiErr) || apiErr.Body.Code != wire.CodePermissionDenied {
+		t.Fatalf("the clients' token read the retention: %v, want permission_denied", err)
+	}
+	return cc
 }
 
 // waitDevices waits until the leader sees want devices, all available.
@@ -657,6 +701,9 @@ func fetchSnapshot(ctx context.Context, c *Cluster, p *Process) ([]byte, error) 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL("/v1/snapshot"), nil)
 	if err != nil {
 		return nil, err
+	}
+	if c.Token != "" {
+		req.Header.Set(wire.HeaderToken, c.Token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
