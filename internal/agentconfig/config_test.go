@@ -418,3 +418,59 @@ func fileKeys(t reflect.Type, prefix string) []string {
 	}
 	return out
 }
+
+func TestACLTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "host.token")
+	if err := os.WriteFile(tokenFile, []byte("host-1-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host := []string{"-host", "-devices", "d.json", "-join", "10.0.0.1"}
+	// The file key, the flag and the environment all name the file; the
+	// token is its content without the final newline.
+	cfgFile := writeFile(t, "host.hcl", "acl {\n  enabled    = true\n  token_file = \""+tokenFile+"\"\n}\n")
+	for name, tc := range map[string]struct {
+		args []string
+		env  env
+	}{
+		"file": {args: append([]string{"-config", cfgFile}, host...)},
+		"flag": {args: append([]string{"-acl-enabled", "-acl-token-file", tokenFile}, host...)},
+		"env":  {args: host, env: env{"DMSC_ACL_ENABLED": "true", "DMSC_ACL_TOKEN_FILE": tokenFile}},
+	} {
+		c, err := Load(tc.args, tc.env.get)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !c.ACLEnabled || c.ACLToken != "host-1-0123456789abcdef" || c.ACLTokenFile != tokenFile {
+			t.Errorf("%s: enabled %t, token %q, file %q", name, c.ACLEnabled, c.ACLToken, c.ACLTokenFile)
+		}
+		if cc := c.ClusterConfig("", nil, "test", nil); cc.ACLToken != c.ACLToken {
+			t.Errorf("%s: the cluster gets token %q", name, cc.ACLToken)
+		}
+	}
+	empty := filepath.Join(dir, "empty.token")
+	twoLines := filepath.Join(dir, "two.token")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(twoLines, []byte("first-0123456789abcdef\nsecond-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"missing":       {[]string{"-acl-token-file", filepath.Join(dir, "nosuch")}, "token_file"},
+		"empty":         {[]string{"-acl-token-file", empty}, "is empty"},
+		"two lines":     {[]string{"-acl-token-file", twoLines}, "more than one line"},
+		"token as well": {[]string{"-acl-token-file", tokenFile, "-acl-token", "x"}, "exclude each other"},
+	} {
+		_, err := Load(append(tc.args, host...), env{}.get)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: want ErrInvalid with %q, got %v", name, tc.want, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "0123456789abcdef") {
+			t.Errorf("%s: the error shows the token: %v", name, err)
+		}
+	}
+}
