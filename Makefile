@@ -50,11 +50,12 @@ image:
 	docker build -f deploy/Dockerfile -t $(IMAGE) $(IMAGE_CONTEXT)
 
 # Three servers and two device hosts on this Docker engine
-# (deploy/docker-compose.yml), with mutual TLS, HTTPS and encrypted gossip;
+# (deploy/docker-compose.yml), with mutual TLS, HTTPS, ACLs and encrypted gossip;
 # server-1's API on https://127.0.0.1:4646.
 # compose-secrets makes, once, what the cluster needs that must not be in
 # the image or the repository: the CA, a certificate per node, the
-# operator's client certificate and the gossip key, in $(COMPOSE_SECRETS)
+# operator's client certificate, the gossip key and each host's ACL token
+# secret, in $(COMPOSE_SECRETS)
 # (deploy/compose/secrets.sh, run with the image's own dmsc; files that
 # exist are kept). compose-up makes them when missing.
 # compose-down keeps the servers' volumes; COMPOSE_DOWN_FLAGS=-v drops them.

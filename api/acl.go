@@ -489,8 +489,15 @@ func (s *Server) aclTokenCreate(w http.ResponseWriter, r *http.Request) error {
 	if body.TTL < 0 {
 		return badRequest("ttl %s is negative", body.TTL.Std())
 	}
-	secret, hash, err := newSecret()
-	if err != nil {
+	var (
+		secret, hash string
+		err          error
+	)
+	if body.SecretID != "" {
+		if secret, hash, err = s.givenSecret(r, body.SecretID); err != nil {
+			return err
+		}
+	} else if secret, hash, err = newSecret(); err != nil {
 		return err
 	}
 	accessor, _, err := newSecret()
@@ -508,6 +515,24 @@ func (s *Server) aclTokenCreate(w http.ResponseWriter, r *http.Request) error {
 	return s.answerNewToken(w, r, res, accessor, hash, secret)
 }
 
+// givenSecret checks a secret a create names and hashes it: not a valid
+// secret is 400, a secret another token has (in the local replica) 409;
+// the state machine checks the latter again, in log order.
+func (s *Server) givenSecret(r *http.Request, secret string) (string, string, error) {
+	if !wire.ValidACLSecret(secret) {
+		return "", "", badRequest("secret_id (not shown) is not %d to %d printable ASCII characters without spaces (a UUID is one such)", wire.ACLSecretMinLength, wire.ACLSecretMaxLength)
+	}
+	hash := hashSecret(secret)
+	var taken bool
+	if _, err := s.b.Read(r.Context(), cluster.ReadOptions{}, func(st *fsm.State) { _, taken = st.ACLTokenBySecretHash(hash) }); err != nil {
+		return "", "", err
+	}
+	if taken {
+		return "", "", &fsm.Error{Code: fsm.ErrConflict.Code, Message: "another token has this secret"}
+	}
+	return secret, hash, nil
+}
+
 // PUT /v1/acl/token/{accessor}
 func (s *Server) aclTokenUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err := s.aclOn(); err != nil {
@@ -517,8 +542,8 @@ func (s *Server) aclTokenUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r.Body, &body, false); err != nil {
 		return err
 	}
-	if body.TTL != 0 {
-		return badRequest("a token's ttl is set when it is created")
+	if body.TTL != 0 || body.SecretID != "" {
+		return badRequest("a token's ttl and secret are set when it is created")
 	}
 	accessor := r.PathValue("accessor")
 	var (

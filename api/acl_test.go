@@ -345,3 +345,56 @@ func TestACLOff(t *testing.T) {
 	e.do("GET", "/v1/devices", "", wire.HeaderToken, "whatever").ok(200)
 	e.noSideEffect(func() { e.do("POST", "/v1/acl/bootstrap", "").apiErr(400, wire.CodeBadRequest) })
 }
+
+func TestACLTokenGivenSecret(t *testing.T) {
+	e, mgmt := newACLEnv(t, Options{})
+	e.policy("host-h7", wire.ACLRules{HostRegister: []string{"h7"}})
+	// A host agent's pre-generated secret becomes the token's.
+	secret := "h7-0123456789abcdef"
+	var tok wire.ACLToken
+	e.do("POST", "/v1/acl/token", `{"policies":["host-h7"],"secret_id":"`+secret+`"}`).ok(200).decode(&tok)
+	if tok.SecretID != secret || tok.AccessorID == "" || tok.AccessorID == secret {
+		t.Fatalf("create with a secret answered %+v", tok)
+	}
+	body := `{"devices":[{"id":"g7","type":"GPU","capabilities":{"memory_gb":40}}]}`
+	e.do("PUT", "/v1/hosts/h7", body, wire.HeaderToken, secret).ok(200)
+	// A UUID is a secret too.
+	uuid := "6f1c2a3e-9b4d-4c8e-a1f2-0d3e4b5c6a7f"
+	e.do("POST", "/v1/acl/token", `{"policies":["host-h7"],"secret_id":"`+uuid+`"}`).ok(200)
+	e.do("GET", "/v1/acl/token/self", "", wire.HeaderToken, uuid).ok(200)
+	// The state keeps the hash only; no read shows the secret.
+	for _, path := range []string{"/v1/acl/tokens", "/v1/acl/token/" + tok.AccessorID} {
+		if b := string(e.do("GET", path, "").ok(200).body); strings.Contains(b, secret) || strings.Contains(b, hashSecret(secret)) {
+			t.Errorf("%s shows the secret or its hash: %s", path, b)
+		}
+	}
+	e.noSideEffect(func() {
+		// Bad secrets are refused before the log, without echoing them.
+		for _, bad := range []string{
+			"short",                        // under 16
+			strings.Repeat("x", 129),       // over 128
+			"has a space in it 0123456789", // space
+			"tab\tin-it-0123456789",        // control character
+			"non-ascii-é-0123456789",       // not ASCII
+		} {
+			b, _ := json.Marshal(wire.ACLTokenRequest{Policies: []string{"host-h7"}, SecretID: bad})
+			e2 := e.do("POST", "/v1/acl/token", string(b)).apiErr(400, wire.CodeBadRequest)
+			if strings.Contains(e2.Message, bad) {
+				t.Errorf("the refusal echoes the secret: %s", e2.Message)
+			}
+		}
+		// A secret another token has (management included) is a conflict.
+		e.do("POST", "/v1/acl/token", `{"policies":["host-h7"],"secret_id":"`+secret+`"}`).apiErr(409, fsm.ErrConflict.Code)
+		e.do("POST", "/v1/acl/token", `{"secret_id":"`+mgmt+`"}`).apiErr(409, fsm.ErrConflict.Code)
+		// The secret is set on create only.
+		e.do("PUT", "/v1/acl/token/"+tok.AccessorID, `{"policies":["host-h7"],"secret_id":"another-0123456789"}`).apiErr(400, wire.CodeBadRequest)
+	})
+	// Rotation: a new token, then the old one deleted; the new secret
+	// works, the old does not.
+	e.do("POST", "/v1/acl/token", `{"policies":["host-h7"],"secret_id":"h7-rotated-0123456789"}`).ok(200)
+	e.do("DELETE", "/v1/acl/token/"+tok.AccessorID, "").ok(200)
+	e.do("PUT", "/v1/hosts/h7", body, wire.HeaderToken, secret).apiErr(401, wire.CodeUnauthorized)
+	e.do("PUT", "/v1/hosts/h7", body, wire.HeaderToken, "h7-rotated-0123456789").ok(200)
+	// Once deleted, the old secret may be given again.
+	e.do("POST", "/v1/acl/token", `{"policies":["host-h7"],"secret_id":"`+secret+`"}`).ok(200)
+}

@@ -19,12 +19,28 @@ type (
 	ACLToken = wire.ACLToken
 )
 
+// The bounds of a token secret given on create (ACLTokenSpec.SecretID).
+const (
+	ACLSecretMinLength = wire.ACLSecretMinLength
+	ACLSecretMaxLength = wire.ACLSecretMaxLength
+)
+
+// ValidACLSecret reports whether s may be given as a token's secret: 16 to
+// 128 printable ASCII characters, no spaces.
+func ValidACLSecret(s string) bool { return wire.ValidACLSecret(s) }
+
 // ACLTokenSpec is what ACLTokenCreate and ACLTokenUpdate take.
 type ACLTokenSpec struct {
 	Description string
 	Policies    []string
 	// TTL, on create, ends the token that long after it is made.
 	TTL time.Duration
+	// SecretID, on create, is the token's secret instead of a random one:
+	// 16 to 128 printable ASCII characters without spaces, e.g. a UUID
+	// (wire.ValidACLSecret). A secret another token has is ErrConflict.
+	// A host agent can thus be started with a secret before its token
+	// exists.
+	SecretID string
 }
 
 // ACLBootstrap creates the one management token of a cluster with ACLs
@@ -80,7 +96,7 @@ func (c *Client) ACLPolicyDelete(ctx context.Context, name string) (*WriteMeta, 
 func (c *Client) ACLTokenCreate(ctx context.Context, spec ACLTokenSpec) (*ACLToken, error) {
 	rid := NewRequestID()
 	var out ACLToken
-	body := wire.ACLTokenRequest{Description: spec.Description, Policies: spec.Policies, TTL: wire.Duration(spec.TTL), RequestID: rid}
+	body := wire.ACLTokenRequest{Description: spec.Description, Policies: spec.Policies, TTL: wire.Duration(spec.TTL), SecretID: spec.SecretID, RequestID: rid}
 	if _, err := c.write(ctx, http.MethodPost, "/v1/acl/token", body, rid, &out); err != nil {
 		return nil, err
 	}
@@ -88,7 +104,7 @@ func (c *Client) ACLTokenCreate(ctx context.Context, spec ACLTokenSpec) (*ACLTok
 }
 
 // ACLTokenUpdate replaces a token's description and policies (not its
-// secret or expiry). The anonymous token (accessor "anonymous") takes
+// secret or expiry: spec.TTL and spec.SecretID are ignored). The anonymous token (accessor "anonymous") takes
 // policies this way: what requests without a token may do.
 func (c *Client) ACLTokenUpdate(ctx context.Context, accessor string, spec ACLTokenSpec) (*ACLToken, error) {
 	rid := NewRequestID()

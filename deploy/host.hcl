@@ -5,7 +5,8 @@
 #
 # Secured like the servers: its own host certificate (the servers take
 # this host's devices only from a certificate that names it), HTTPS on its
-# API, and encrypted gossip with the key in DMSC_ENCRYPT
+# API, ACL tokens (its own token lets the leader register its devices),
+# and encrypted gossip with the key in DMSC_ENCRYPT
 # (/etc/dmsc/dmsc.env, mode 0600; see systemd/dmsc.env), which is kept
 # out of this file because any local user may read it. deploy/README.md
 # says how to make and rotate the certificates and the key.
@@ -33,6 +34,21 @@ tls {
   # (allocations) to the leader under this host's certificate: without a
   # client certificate of the CA, any local user could allocate through it.
   verify_https_client = true
+}
+
+# ACLs on, as on the servers. The leader registers this host's devices
+# only with a token whose policy has host_register = ["gpu-node-1"]. Its
+# secret is read from a file (root-owned, readable by the dmsc group
+# alone), so that it is in no config file, environment or command line.
+# Make the secret before the host starts, even before the cluster is
+# bootstrapped (dmsc operator keygen > gpu-node-1.token, or uuidgen): the
+# leader keeps trying the host, and registers it once the operator has
+# made its token with that secret (dmsc acl token create -secret-file
+# gpu-node-1.token ...; deploy/README.md, "ACLs"). A new secret takes
+# effect at the agent's restart.
+acl {
+  enabled    = true
+  token_file = "/etc/dmsc/acl/token"
 }
 
 host {

@@ -8,7 +8,8 @@
 # server to a running cluster.
 #
 # Secured: mutual TLS on Raft and the node RPC, HTTPS on the API (the tls
-# block below), and encrypted gossip. The gossip key is not in this file,
+# block below), ACL tokens on every API request (the acl block), and
+# encrypted gossip. The gossip key is not in this file,
 # which any local user may read: it is DMSC_ENCRYPT in /etc/dmsc/dmsc.env
 # (mode 0600; see systemd/dmsc.env), read by systemd before the agent
 # starts. deploy/README.md says how to make and rotate the certificates
@@ -47,11 +48,22 @@ tls {
   # A server this node dials must show a server's certificate, of the
   # server's own name where it is known.
   verify_server_hostname = true
-  # The API (on every interface, above) takes writes; until ACL tokens
-  # exist, a client certificate of the CA (dmsc tls cert create -client)
-  # is what says who may make them. Clients give it with -client-cert and
-  # -client-key (DMSC_CLIENT_CERT, DMSC_CLIENT_KEY).
+  # The API listens on every interface (above): only clients with a
+  # certificate of the CA (dmsc tls cert create -client) reach it at all,
+  # and ACL tokens (below) say what each may do. Clients give the
+  # certificate with -client-cert and -client-key (DMSC_CLIENT_CERT,
+  # DMSC_CLIENT_KEY).
   verify_https_client = true
+}
+
+# Every API request needs a token whose policies grant its route's
+# capability (docs/api.md); one without a token is the anonymous token's,
+# which may do nothing until given policies. The same on every server.
+# Once the servers are up: dmsc acl bootstrap, once, for the management
+# token (deploy/README.md, "ACLs"). /v1/health and /v1/ready (the health
+# checks) need no token.
+acl {
+  enabled = true
 }
 
 server {

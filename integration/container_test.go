@@ -3,11 +3,14 @@ package integration
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -47,12 +50,16 @@ var (
 // TestContainerCluster runs deploy/docker-compose.yml (three servers, two
 // device hosts) from an image built like `make image`, with the secrets
 // deploy/compose/secrets.sh makes (a CA, a certificate per node and for
-// the operator, a gossip key). It checks that the cluster forms secured:
-// three voters, both hosts registered, every API speaking only HTTPS and
-// only to clients with a certificate of the cluster's CA, the operator's
-// CLI working from the Docker host with the client certificate, and a
-// host with a valid certificate but without the gossip key never joining.
-// Then, through the SDK over HTTPS, that it allocates, survives `docker
+// the operator, a gossip key, a token secret per host). It checks that the
+// cluster forms secured, with ACLs on: the operator's flow of
+// deploy/README.md (bootstrap, a policy per host, each host's token made
+// with the secret the host was started with, a team token) registers both
+// hosts, which no host is before its token exists; three voters; a
+// request without a token is refused; every API speaks only HTTPS and only
+// to clients with a certificate of the cluster's CA; the operator's CLI
+// works from the Docker host with the client certificate and a token; and
+// a host with a valid certificate but without the gossip key never joins.
+// Then, through the SDK over HTTPS with the team's token, that it allocates, survives `docker
 // kill` of its leader, refuses writes on a server cut off by `docker
 // network disconnect` with a retryable error while the other two serve,
 // and converges once the server is reconnected. Everything it starts is
@@ -60,6 +67,7 @@ var (
 // no Docker engine answers.
 func TestContainerCluster(t *testing.T) {
 	tools := requireDocker(t)
+	t.Setenv(client.TokenEnv, "") // the test's clients carry their tokens
 	sweepStale(t, tools)
 	ctx, cancel := context.WithTimeout(context.Background(), testBudget(t, containerTestBudget))
 	defer cancel()
@@ -76,13 +84,24 @@ func TestContainerCluster(t *testing.T) {
 	must(t, timings.phase("secrets (deploy/compose/secrets.sh)", func() error { return p.makeSecrets(ctx) }))
 	services := append(append([]string(nil), containerServers...), containerHosts...)
 	must(t, timings.phase("compose up -d", func() error { return p.up(ctx, services...) }))
-	must(t, timings.phase("all nodes ready, three voters", func() error {
+	must(t, timings.phase("all nodes ready", func() error {
 		return pollUntil(ctx, clusterReadyBound, 250*time.Millisecond, func() error {
 			for _, s := range services {
 				if err := p.nodeReady(ctx, s); err != nil {
 					return fmt.Errorf("%s: %w", s, err)
 				}
 			}
+			return nil
+		})
+	}))
+	var teamToken string
+	must(t, timings.phase("ACLs: bootstrap, host and team tokens", func() error {
+		var err error
+		teamToken, err = p.setUpACLs(ctx)
+		return err
+	}))
+	must(t, timings.phase("hosts registered with their tokens, three voters", func() error {
+		return pollUntil(ctx, clusterReadyBound, 250*time.Millisecond, func() error {
 			if err := p.hostsUp(ctx, containerServers[0], containerHosts); err != nil {
 				return err
 			}
@@ -104,7 +123,7 @@ func TestContainerCluster(t *testing.T) {
 		return p.checkRogueStaysOut(ctx, services)
 	}))
 
-	sdk := p.newSDK(t, p.serverAddrs(ctx, containerServers), 10)
+	sdk := p.newSDK(t, p.serverAddrs(ctx, containerServers), 10, teamToken)
 	var acked []string
 	first, _, err := sdk.Allocate(ctx, client.AllocateRequest{Request: client.Request{
 		Claims: []wire.Claim{{Type: wire.GPU, Count: 1, Capabilities: wire.Capabilities{Resources: wire.Resources{MemoryGB: 80}}}},
@@ -181,7 +200,7 @@ func TestContainerCluster(t *testing.T) {
 	isolatedAt := time.Now()
 	t.Logf("isolated %s (cluster IP %s, probe %s)", minority, clusterIP, probeAddr)
 
-	majoritySDK := p.newSDK(t, p.serverAddrs(ctx, majority), 20)
+	majoritySDK := p.newSDK(t, p.serverAddrs(ctx, majority), 20, teamToken)
 	actx, acancel := context.WithTimeout(ctx, failoverWriteBound)
 	a, _, err := majoritySDK.Allocate(actx, cpuRequest(p.name+"-majority"))
 	acancel()
@@ -191,7 +210,7 @@ func TestContainerCluster(t *testing.T) {
 	timings.record("cut leader off -> majority acknowledges a write", time.Since(isolatedAt))
 	acked = append(acked, a.ID)
 
-	minoritySDK := p.newSDK(t, []string{probeAddr}, -1)
+	minoritySDK := p.newSDK(t, []string{probeAddr}, -1, teamToken)
 	refusedStart := time.Now()
 	rctx, rcancel := context.WithTimeout(ctx, minorityRefusalBound)
 	refused, _, err := minoritySDK.Allocate(rctx, cpuRequest(p.name+"-minority"))
@@ -236,7 +255,7 @@ func TestContainerCluster(t *testing.T) {
 		})
 	}))
 	t.Logf("converged %v after reconnecting %s", time.Since(reconnectedAt).Round(time.Millisecond), minority)
-	rejoined := p.newSDK(t, []string{p.addr(ctx, minority)}, 20)
+	rejoined := p.newSDK(t, []string{p.addr(ctx, minority)}, 20, teamToken)
 	a, _, err = rejoined.Allocate(ctx, cpuRequest(p.name+"-rejoined"))
 	if err != nil {
 		t.Fatalf("write through the rejoined server %s: %v", minority, err)
@@ -324,13 +343,13 @@ func pollUntil(ctx context.Context, bound, interval time.Duration, f func() erro
 }
 
 // newSDK is a client of servers' addrs, over HTTPS with the operator's
-// client certificate, that sends a request at most retries+1 times (-1:
-// once), each attempt bounded above the servers' 5 s no-leader hold.
+// client certificate and token, that sends a request at most retries+1
+// times (-1: once), each attempt bounded above the servers' 5 s no-leader hold.
 // Connections are given up after sdkDialTimeout: the address of a killed
 // container swallows SYNs (the bridge's neighbour entry is still valid),
 // as a crashed machine's does, and only the dial timeout stops a client
 // from waiting on it for the whole attempt.
-func (p *composeProject) newSDK(t *testing.T, addrs []string, retries int) *client.Client {
+func (p *composeProject) newSDK(t *testing.T, addrs []string, retries int, token string) *client.Client {
 	t.Helper()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = (&net.Dialer{Timeout: sdkDialTimeout, KeepAlive: 30 * time.Second}).DialContext
@@ -340,7 +359,7 @@ func (p *composeProject) newSDK(t *testing.T, addrs []string, retries int) *clie
 	}
 	tr.TLSClientConfig = tc
 	c, err := client.New(client.Config{
-		Addresses: addrs, Timeout: 12 * time.Second, MaxRetries: retries,
+		Addresses: addrs, Timeout: 12 * time.Second, MaxRetries: retries, Token: token,
 		RetryWait: 50 * time.Millisecond, RetryWaitMax: 500 * time.Millisecond,
 		HTTPClient: &http.Client{Transport: tr},
 	})
@@ -633,22 +652,128 @@ func httpDo(ctx context.Context, tc *tls.Config, method, url, body string) (int,
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
 }
 
-// checkOperatorCLI runs the dmsc CLI on this machine, as an operator
-// would, against server-1's port published on 127.0.0.1, with the CA and
-// the client certificate secrets.sh made: it lists three voters. Without
-// the client certificate it is refused.
-func (p *composeProject) checkOperatorCLI(ctx context.Context) error {
+// setUpACLs is the operator's flow of deploy/README.md, "ACLs", once the
+// servers are ready: without a token nothing is allowed; bootstrap (the
+// management token becomes p.token); no host is registered yet, since no
+// token may register one; a policy per host (host_register) and each
+// host's token made with the secret the host was started with, host-1's
+// with the CLI (-secret-file, as the README shows), host-2's with the
+// SDK; a team policy and token for the default namespace, which may not
+// touch the operator's area. It returns the team token's secret.
+func (p *composeProject) setUpACLs(ctx context.Context) (string, error) {
+	server := containerServers[0]
+	anon, err := p.apiClientToken(ctx, server, 12*time.Second, "")
+	if err != nil {
+		return "", err
+	}
+	if _, _, err := anon.Hosts(ctx, nil); !isDenied(err) {
+		return "", fmt.Errorf("listing hosts without a token: want 403 permission_denied, got %v", err)
+	}
+	boot, err := anon.ACLBootstrap(ctx)
+	if err != nil {
+		return "", fmt.Errorf("bootstrap: %w", err)
+	}
+	p.token = boot.SecretID
+	mgmt, err := p.apiClient(ctx, server, 12*time.Second)
+	if err != nil {
+		return "", err
+	}
+	hosts, _, err := mgmt.Hosts(ctx, &client.QueryOptions{Consistent: true})
+	if err != nil {
+		return "", err
+	}
+	if len(hosts) != 0 {
+		return "", fmt.Errorf("hosts registered before any host token existed: %+v", hosts)
+	}
+	// host-1 through the CLI, as deploy/README.md does it.
+	rules := filepath.Join(p.t.TempDir(), "host-1.json")
+	if err := os.WriteFile(rules, []byte(`{"host_register": ["host-1"]}`), 0o600); err != nil {
+		return "", err
+	}
+	env, err := p.cliEnv(ctx)
+	if err != nil {
+		return "", err
+	}
+	if _, err := runCommand(ctx, env, "", binary, "acl", "policy", "apply", "-name", "host-1", rules); err != nil {
+		return "", err
+	}
+	out, err := runCommand(ctx, env, "", binary, "acl", "token", "create", "-description", "host host-1",
+		"-policy", "host-1", "-secret-file", p.hostTokenFile("host-1"), "-json")
+	if err != nil {
+		return "", err
+	}
+	secret, err := os.ReadFile(p.hostTokenFile("host-1"))
+	if err != nil {
+		return "", err
+	}
+	var tok wire.ACLToken
+	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.SecretID != strings.TrimSpace(string(secret)) {
+		return "", fmt.Errorf("dmsc acl token create -secret-file: %v: %s", err, out)
+	}
+	// host-2 through the SDK.
+	if _, err := mgmt.ACLPolicyApply(ctx, "host-2", "registers host-2", client.ACLRules{HostRegister: []string{"host-2"}}); err != nil {
+		return "", err
+	}
+	if secret, err = os.ReadFile(p.hostTokenFile("host-2")); err != nil {
+		return "", err
+	}
+	if _, err := mgmt.ACLTokenCreate(ctx, client.ACLTokenSpec{Description: "host host-2", Policies: []string{"host-2"}, SecretID: strings.TrimSpace(string(secret))}); err != nil {
+		return "", err
+	}
+	// A team: allocations in the default namespace, devices to read.
+	if _, err := mgmt.ACLPolicyApply(ctx, "team-default", "jobs of the default namespace",
+		client.ACLRules{Namespaces: map[string]string{"default": "write"}, Devices: "read"}); err != nil {
+		return "", err
+	}
+	team, err := mgmt.ACLTokenCreate(ctx, client.ACLTokenSpec{Description: "team default", Policies: []string{"team-default"}})
+	if err != nil {
+		return "", err
+	}
+	teamClient, err := p.apiClientToken(ctx, server, 12*time.Second, team.SecretID)
+	if err != nil {
+		return "", err
+	}
+	if _, err := teamClient.RaftConfiguration(ctx); !isDenied(err) {
+		return "", fmt.Errorf("the team token reading the Raft configuration: want 403 permission_denied, got %v", err)
+	}
+	return team.SecretID, nil
+}
+
+// isDenied says err is a 403 permission_denied.
+func isDenied(err error) bool {
+	var e *client.APIError
+	return errors.As(err, &e) && e.Status == http.StatusForbidden && e.Code == wire.CodePermissionDenied
+}
+
+// cliEnv is the environment of the dmsc CLI run on this machine against
+// server-1's published port, with the CA, the operator's client
+// certificate and the management token.
+func (p *composeProject) cliEnv(ctx context.Context) ([]string, error) {
 	published, err := p.compose(ctx, "port", "server-1", "4646")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	env := []string{
+	return []string{
 		"DMSC_ADDR=https://" + published,
 		"DMSC_CACERT=" + p.tls.CACert,
 		"DMSC_CLIENT_CERT=" + p.tls.ClientCert,
 		"DMSC_CLIENT_KEY=" + p.tls.ClientKey,
 		"DMSC_TLS_SERVER_NAME=",
+		"DMSC_TOKEN=" + p.token,
+	}, nil
+}
+
+// checkOperatorCLI runs the dmsc CLI on this machine, as an operator
+// would, against server-1's port published on 127.0.0.1, with the CA and
+// the client certificate secrets.sh made and the management token: it
+// lists three voters. Without the token it is denied; without the client
+// certificate it is refused.
+func (p *composeProject) checkOperatorCLI(ctx context.Context) error {
+	env, err := p.cliEnv(ctx)
+	if err != nil {
+		return err
 	}
+	published := strings.TrimPrefix(env[0], "DMSC_ADDR=https://")
 	out, err := runCommand(ctx, env, "", binary, "operator", "raft", "list-peers")
 	if err != nil {
 		return err
@@ -663,6 +788,11 @@ func (p *composeProject) checkOperatorCLI(ctx context.Context) error {
 		if !voters[s] {
 			return fmt.Errorf("dmsc operator raft list-peers on %s does not list %s as a voter:\n%s", published, s, out)
 		}
+	}
+	if out, err := runCommand(ctx, append(env, "DMSC_TOKEN="), "", binary, "operator", "raft", "list-peers"); err == nil {
+		return fmt.Errorf("dmsc operator raft list-peers without a token succeeded:\n%s", out)
+	} else if !strings.Contains(err.Error(), "permission_denied") {
+		return fmt.Errorf("dmsc operator raft list-peers without a token: want permission_denied, got %v", err)
 	}
 	env = append(env, "DMSC_CLIENT_CERT=", "DMSC_CLIENT_KEY=")
 	if out, err := runCommand(ctx, env, "", binary, "operator", "raft", "list-peers"); err == nil {

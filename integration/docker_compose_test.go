@@ -139,6 +139,9 @@ type composeProject struct {
 	// tls is how the test's clients speak to the nodes: the cluster's CA
 	// and the operator's client certificate, both made by secrets.sh.
 	tls client.TLSConfig
+	// token is the secret of the management token, once the test has
+	// bootstrapped the ACLs: the apiClient clients send it.
+	token string
 	// ids are the container IDs by service, filled in by up.
 	ids map[string]string
 	// clusterNet is the compose network the nodes talk on.
@@ -228,12 +231,22 @@ func (p *composeProject) makeSecrets(ctx context.Context) error {
 		ClientCert: filepath.Join(p.secrets, "client-0.pem"),
 		ClientKey:  filepath.Join(p.secrets, "client-0-key.pem"),
 	}
-	for _, f := range []string{p.tls.CACert, p.tls.ClientCert, p.tls.ClientKey, filepath.Join(p.secrets, "gossip.hcl")} {
+	files := []string{p.tls.CACert, p.tls.ClientCert, p.tls.ClientKey, filepath.Join(p.secrets, "gossip.hcl")}
+	for _, h := range containerHosts {
+		files = append(files, p.hostTokenFile(h))
+	}
+	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("secrets.sh did not make %s: %w", f, err)
 		}
 	}
 	return nil
+}
+
+// hostTokenFile is the file of host's ACL token secret that secrets.sh
+// makes and the compose file mounts into the host's container.
+func (p *composeProject) hostTokenFile(host string) string {
+	return filepath.Join(p.secrets, host+".token")
 }
 
 // tlsFor is the test's client TLS for nodes whose certificates must carry
@@ -246,14 +259,20 @@ func (p *composeProject) tlsFor(name string) *client.TLSConfig {
 }
 
 // apiClient is an SDK client of one service's API on the cluster network,
-// checking that the service's certificate names it, and sending each
-// request once.
+// checking that the service's certificate names it, sending each request
+// once, with the management token once there is one.
 func (p *composeProject) apiClient(ctx context.Context, service string, timeout time.Duration) (*client.Client, error) {
+	return p.apiClientToken(ctx, service, timeout, p.token)
+}
+
+// apiClientToken is apiClient with a token of the caller's choice ("":
+// none, the anonymous token).
+func (p *composeProject) apiClientToken(ctx context.Context, service string, timeout time.Duration, token string) (*client.Client, error) {
 	addr := p.addr(ctx, service)
 	if addr == "" {
 		return nil, fmt.Errorf("%s has no address on the cluster network", service)
 	}
-	return client.New(client.Config{Addresses: []string{addr}, Timeout: timeout, MaxRetries: -1, TLS: p.tlsFor(service)})
+	return client.New(client.Config{Addresses: []string{addr}, Timeout: timeout, MaxRetries: -1, TLS: p.tlsFor(service), Token: token})
 }
 
 // buildImage builds the image as `make image` does: a static binary and

@@ -60,6 +60,34 @@ type ACLTokenRequest struct {
 	Description string   `json:"description,omitempty"`
 	Policies    []string `json:"policies"`
 	// TTL, on create, ends the token that long after it was made.
-	TTL       Duration `json:"ttl,omitempty"`
-	RequestID string   `json:"request_id,omitempty"`
+	TTL Duration `json:"ttl,omitempty"`
+	// SecretID, on create, is the token's secret, chosen by the caller
+	// (e.g. one a host agent was started with before the token existed);
+	// empty: the cluster makes a random one. It must be
+	// ACLSecretMinLength to ACLSecretMaxLength printable ASCII characters
+	// without spaces (a UUID is one such); a secret another token has is
+	// a conflict.
+	SecretID  string `json:"secret_id,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// The length bounds of a token secret given on create.
+const (
+	ACLSecretMinLength = 16
+	ACLSecretMaxLength = 128
+)
+
+// ValidACLSecret reports whether s may be given as a token's secret:
+// ACLSecretMinLength to ACLSecretMaxLength printable ASCII characters
+// (0x21 to 0x7e), no spaces.
+func ValidACLSecret(s string) bool {
+	if len(s) < ACLSecretMinLength || len(s) > ACLSecretMaxLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }

@@ -319,7 +319,16 @@ Usage: dmsc acl token create [options]
 
   Creates a token with policies and prints it. The secret ID is shown
   only now; its holder uses it as DMSC_TOKEN or -token. With -json,
-  prints the token as an object (accessor_id, secret_id, ...).`, `
+  prints the token as an object (accessor_id, secret_id, ...).
+
+  The secret is random unless -secret or -secret-file gives it: a host
+  agent can be started with a secret of its own (acl { token_file })
+  before the cluster is bootstrapped, and its token is created with that
+  secret afterwards; the leader registers the host once the token is
+  there. For example:
+
+      dmsc acl token create -description "host gpu-node-1" \
+          -policy host-gpu-node-1 -secret-file gpu-node-1.token`, `
 -policy=<name>
       A policy of the token; repeat or separate with commas.
 
@@ -328,7 +337,17 @@ Usage: dmsc acl token create [options]
 
   -ttl=<duration>
       The token ends this long after it is made, e.g. 24h. Default:
-      never.`)
+      never.
+
+  -secret=<secret>
+      The token's secret: 16 to 128 printable ASCII characters without
+      spaces, e.g. a UUID. A secret another token has is refused (exit
+      5). Prefer -secret-file: a command line is seen by other users of
+      the machine and kept in shell history.
+
+  -secret-file=<path>
+      Read the token's secret from a file (leading and trailing white
+      space, such as the final newline, is dropped).`)
 }
 
 func (c *aclTokenCreateCommand) Run(args []string) int {
@@ -341,9 +360,14 @@ func (c *aclTokenCreateCommand) Run(args []string) int {
 	var policies listFlag
 	fs.Var(&policies, "policy", "")
 	desc := fs.String("description", "", "")
-	var ttl time.Duration
+	var (
+		ttl                time.Duration
+		secret, secretFile string
+	)
 	if !c.update {
 		fs.DurationVar(&ttl, "ttl", 0, "")
+		fs.StringVar(&secret, "secret", "", "")
+		fs.StringVar(&secretFile, "secret-file", "", "")
 	}
 	pos, ok := c.parse(fs, args, names...)
 	if !ok {
@@ -352,8 +376,20 @@ func (c *aclTokenCreateCommand) Run(args []string) int {
 	if ttl < 0 {
 		return c.usageError(name, "-ttl must not be negative")
 	}
+	if secretFile != "" {
+		if secret != "" {
+			return c.usageError(name, "-secret and -secret-file exclude each other")
+		}
+		var err error
+		if secret, err = readSecretFile(secretFile); err != nil {
+			return c.usageError(name, "-secret-file: %v", err)
+		}
+	}
+	if secret != "" && !client.ValidACLSecret(secret) {
+		return c.usageError(name, "the secret is not %d to %d printable ASCII characters without spaces", client.ACLSecretMinLength, client.ACLSecretMaxLength)
+	}
 	return c.run(func(ctx context.Context, cl *client.Client) error {
-		spec := client.ACLTokenSpec{Description: *desc, Policies: policies, TTL: ttl}
+		spec := client.ACLTokenSpec{Description: *desc, Policies: policies, TTL: ttl, SecretID: secret}
 		var (
 			t   *client.ACLToken
 			err error
@@ -373,6 +409,28 @@ func (c *aclTokenCreateCommand) Run(args []string) int {
 		c.output(formatToken(t))
 		return nil
 	})
+}
+
+// readSecretFile reads a token secret from a file of at most a few KiB,
+// without its surrounding white space.
+func readSecretFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 4<<10+1))
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > 4<<10 {
+		return "", fmt.Errorf("%s is larger than 4 KiB", path)
+	}
+	s := strings.TrimSpace(string(data))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
 }
 
 // aclTokenListCommand is `dmsc acl token list`.

@@ -71,3 +71,55 @@ func TestCLIACL(t *testing.T) {
 		tc.check(t)
 	}
 }
+
+// TestCLIACLTokenSecret creates tokens with a secret given by -secret and
+// -secret-file, as an operator does for host agents started before their
+// tokens existed.
+func TestCLIACLTokenSecret(t *testing.T) {
+	apiNodeWith(t, api.Options{Version: "test", Role: "server", WaitGrace: time.Second, ACLEnabled: true})
+	t.Setenv(client.TokenEnv, "")
+	t.Setenv(client.NamespaceEnv, "")
+	var boot wire.ACLToken
+	jsonOut(t, &boot, "acl", "bootstrap")
+	t.Setenv(client.TokenEnv, boot.SecretID)
+
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "dev-read.json")
+	if err := os.WriteFile(rules, []byte(`{"devices": "read"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cliCase{args: []string{"acl", "policy", "apply", "-name", "dev-read", rules}, out: []string{"Applied policy dev-read"}}.check(t)
+
+	// -secret-file: the file's final newline is not part of the secret.
+	const fromFile = "host-1-0123456789abcdef"
+	secretFile := filepath.Join(dir, "host-1.token")
+	if err := os.WriteFile(secretFile, []byte(fromFile+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var tok wire.ACLToken
+	jsonOut(t, &tok, "acl", "token", "create", "-policy", "dev-read", "-secret-file", secretFile)
+	if tok.SecretID != fromFile {
+		t.Fatalf("token from -secret-file: %+v", tok)
+	}
+	const given = "6f1c2a3e-9b4d-4c8e-a1f2-0d3e4b5c6a7f"
+	empty := filepath.Join(dir, "empty.token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []cliCase{
+		{args: []string{"acl", "token", "create", "-policy", "dev-read", "-secret", given}, out: []string{"SecretID:    " + given}},
+		{args: []string{"device", "list", "-token", given}, out: []string{"g1"}},
+		{args: []string{"device", "list", "-token", fromFile}, out: []string{"g1"}},
+		// A secret in use is a conflict; bad secrets are refused here.
+		{args: []string{"acl", "token", "create", "-policy", "dev-read", "-secret", given}, code: exitConflict, errOut: []string{"another token has this secret"}},
+		{args: []string{"acl", "token", "create", "-secret-file", secretFile}, code: exitConflict},
+		{args: []string{"acl", "token", "create", "-secret", "short"}, code: exitUsage, errOut: []string{"16 to 128"}},
+		{args: []string{"acl", "token", "create", "-secret", "x-0123456789abcdef", "-secret-file", secretFile}, code: exitUsage, errOut: []string{"exclude each other"}},
+		{args: []string{"acl", "token", "create", "-secret-file", filepath.Join(dir, "nosuch")}, code: exitUsage, errOut: []string{"-secret-file"}},
+		{args: []string{"acl", "token", "create", "-secret-file", empty}, code: exitUsage, errOut: []string{"is empty"}},
+		// The secret is set on create only.
+		{args: []string{"acl", "token", "update", "-secret", given, tok.AccessorID}, code: exitUsage},
+	} {
+		tc.check(t)
+	}
+}

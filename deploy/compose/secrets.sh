@@ -2,9 +2,10 @@
 # Makes the secrets of deploy/docker-compose.yml, once: the cluster's CA,
 # a certificate for every server and host (its compose service name is
 # its node name and a DNS name of the certificate), a client certificate
-# for the operator's CLI, and the gossip encryption key. It runs the dmsc
-# image's own `dmsc tls` and `dmsc operator keygen` (the image has no
-# shell: one container per command), without a network.
+# for the operator's CLI, the gossip encryption key, and the secret of
+# each host's ACL token. It runs the dmsc image's own `dmsc tls` and `dmsc
+# operator keygen` (the image has no shell: one container per command),
+# without a network.
 #
 #   deploy/compose/secrets.sh [DIR]      # make compose-secrets runs it
 #
@@ -30,10 +31,16 @@
 #   server-1..3 and host-1..2: the CA and the node's own certificate and
 #                            key; the directory is mounted, read-only, as
 #                            /etc/dmsc/tls of that node's container alone
+#   host-1.token, host-2.token  the secret of each host's ACL token (random,
+#                            from `dmsc operator keygen`): mounted as
+#                            /etc/dmsc/acl/token of that host alone; the
+#                            operator makes the token with it after `dmsc
+#                            acl bootstrap` (dmsc acl token create
+#                            -secret-file DIR/host-1.token ...)
 #
 # DIR is made 0700. The agents run as the image's user 65532 and a bind
 # mount keeps the host's owners and modes, so what they read (their
-# directory, gossip.hcl) is made readable by all: the 0700 directory
+# directory, gossip.hcl, their token) is made readable by all: the 0700 directory
 # around it keeps out everyone but its owner, root and the Docker daemon.
 set -eu
 
@@ -96,4 +103,17 @@ if [ ! -e "$dir/gossip.hcl" ]; then
 	echo "made the gossip key: gossip.hcl"
 fi
 chmod 0644 "$dir/gossip.hcl"
+
+# A secret per host for its ACL token, made before the cluster exists:
+# the host starts with it, and the leader registers the host once the
+# operator has made a token with this secret.
+for h in host-1 host-2; do
+	if [ ! -e "$dir/$h.token" ]; then
+		secret=$(dmsc . operator keygen)
+		printf '%s\n' "$secret" >"$dir/$h.token.tmp"
+		mv "$dir/$h.token.tmp" "$dir/$h.token"
+		echo "made the ACL token secret of $h: $h.token"
+	fi
+	chmod 0644 "$dir/$h.token"
+done
 echo "secrets in $dir"

@@ -126,9 +126,11 @@ type Config struct {
 
 	// ACLEnabled checks ACL tokens on the HTTP API and on host
 	// registration; ACLToken is this agent's own token's secret (a host
-	// sends it with its inventory).
-	ACLEnabled bool
-	ACLToken   string
+	// sends it with its inventory); ACLTokenFile, when set, is the file
+	// Load reads ACLToken from.
+	ACLEnabled   bool
+	ACLToken     string
+	ACLTokenFile string
 	// Limits and the audit log (limits.go).
 	HTTPMaxConnsPerClient int
 	HTTPMaxConns          int

@@ -286,23 +286,53 @@ var deployTLSFiles = certs.Files{
 	Key:  "/etc/dmsc/tls/agent-key.pem",
 }
 
+// deployACLTokenFile is where deploy/ puts a host's ACL token secret.
+const deployACLTokenFile = "/etc/dmsc/acl/token"
+
 // The example configs of deploy/ load, the cluster takes them, and they
 // run secured: TLS on with every check on, from the files the install
-// steps put in place, and, under the systemd unit (its environment file
-// systemd/dmsc.env over the config file), with a gossip key and a keyring
-// that survives restarts.
+// steps put in place, ACLs on (a host with its token from a file), and,
+// under the systemd unit (its environment file systemd/dmsc.env over the
+// config file), with a gossip key and a keyring that survives restarts.
 func TestDeployExamplesLoad(t *testing.T) {
 	unitEnv := deployEnvFile(t)
 	key, err := cluster.GenerateGossipKey()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The token file the examples name is not on this machine: a flag
+	// (which beats the file) points at a stand-in.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("host-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"server.hcl", "host.hcl", "server.json"} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join("..", "..", "deploy", name)
-			c, err := Load([]string{"-config", path}, env{}.get)
+			src, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
+			}
+			isHost := strings.Contains(string(src), "token_file")
+			var extra []string
+			if isHost {
+				if !strings.Contains(string(src), `token_file = "`+deployACLTokenFile+`"`) {
+					t.Errorf("%s: the token file is not %s", name, deployACLTokenFile)
+				}
+				extra = []string{"-acl-token-file", tokenFile}
+			}
+			c, err := Load(append([]string{"-config", path}, extra...), env{}.get)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.ACLEnabled {
+				t.Errorf("%s leaves ACLs off", name)
+			}
+			if c.Host != isHost || (isHost && c.ACLToken != "host-0123456789abcdef") {
+				t.Errorf("%s: host %t, token %q: a host reads its token from a file, a server has none", name, c.Host, c.ACLToken)
+			}
+			if c.ACLToken != "" && strings.Contains(string(src), c.ACLToken) {
+				t.Errorf("%s holds a token secret", name)
 			}
 			cc := c.ClusterConfig(c.DataDir, func() (_ fsmHost, _ fsmDevices, _ error) { return }, "test", nil)
 			cc.AdvertiseAddr = "10.0.0.9" // the examples leave it to the machine's private IP
@@ -327,6 +357,9 @@ func TestDeployExamplesLoad(t *testing.T) {
 				e[k] = v
 			}
 			e["DMSC_CONFIG"], e["DMSC_ENCRYPT"] = path, key
+			if isHost {
+				e["DMSC_ACL_TOKEN_FILE"] = tokenFile
+			}
 			u, err := Load(nil, e.get)
 			if err != nil {
 				t.Fatal(err)
@@ -336,6 +369,9 @@ func TestDeployExamplesLoad(t *testing.T) {
 			}
 			if u.TLSFiles() != deployTLSFiles || !u.TLSVerifyHTTPSClient {
 				t.Errorf("under the unit, TLS files %+v, verify_https_client %t", u.TLSFiles(), u.TLSVerifyHTTPSClient)
+			}
+			if !u.ACLEnabled || u.ACLToken != c.ACLToken {
+				t.Errorf("under the unit, ACLs on %t, token %q", u.ACLEnabled, u.ACLToken)
 			}
 			if u.KeyringFile == "" && u.DataDir == "" {
 				t.Errorf("no keyring_file and no data_dir: a rotated gossip key would not survive a restart")
@@ -364,7 +400,7 @@ func TestDeploySystemdEnv(t *testing.T) {
 		}
 	}
 	unitEnv := deployEnvFile(t)
-	for _, k := range []string{"DMSC_CONFIG", "DMSC_ENCRYPT", "DMSC_TLS_CA_FILE", "DMSC_TLS_CERT_FILE", "DMSC_TLS_KEY_FILE"} {
+	for _, k := range []string{"DMSC_CONFIG", "DMSC_ENCRYPT", "DMSC_TLS_CA_FILE", "DMSC_TLS_CERT_FILE", "DMSC_TLS_KEY_FILE", "DMSC_ACL_ENABLED"} {
 		if unitEnv[k] == "" {
 			t.Errorf("dmsc.env does not set %s", k)
 		}
@@ -417,4 +453,60 @@ func fileKeys(t reflect.Type, prefix string) []string {
 		out = append(out, prefix+name)
 	}
 	return out
+}
+
+func TestACLTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "host.token")
+	if err := os.WriteFile(tokenFile, []byte("host-1-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host := []string{"-host", "-devices", "d.json", "-join", "10.0.0.1"}
+	// The file key, the flag and the environment all name the file; the
+	// token is its content without the final newline.
+	cfgFile := writeFile(t, "host.hcl", "acl {\n  enabled    = true\n  token_file = \""+tokenFile+"\"\n}\n")
+	for name, tc := range map[string]struct {
+		args []string
+		env  env
+	}{
+		"file": {args: append([]string{"-config", cfgFile}, host...)},
+		"flag": {args: append([]string{"-acl-enabled", "-acl-token-file", tokenFile}, host...)},
+		"env":  {args: host, env: env{"DMSC_ACL_ENABLED": "true", "DMSC_ACL_TOKEN_FILE": tokenFile}},
+	} {
+		c, err := Load(tc.args, tc.env.get)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !c.ACLEnabled || c.ACLToken != "host-1-0123456789abcdef" || c.ACLTokenFile != tokenFile {
+			t.Errorf("%s: enabled %t, token %q, file %q", name, c.ACLEnabled, c.ACLToken, c.ACLTokenFile)
+		}
+		if cc := c.ClusterConfig("", nil, "test", nil); cc.ACLToken != c.ACLToken {
+			t.Errorf("%s: the cluster gets token %q", name, cc.ACLToken)
+		}
+	}
+	empty := filepath.Join(dir, "empty.token")
+	twoLines := filepath.Join(dir, "two.token")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(twoLines, []byte("first-0123456789abcdef\nsecond-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"missing":       {[]string{"-acl-token-file", filepath.Join(dir, "nosuch")}, "token_file"},
+		"empty":         {[]string{"-acl-token-file", empty}, "is empty"},
+		"two lines":     {[]string{"-acl-token-file", twoLines}, "more than one line"},
+		"token as well": {[]string{"-acl-token-file", tokenFile, "-acl-token", "x"}, "exclude each other"},
+	} {
+		_, err := Load(append(tc.args, host...), env{}.get)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: want ErrInvalid with %q, got %v", name, tc.want, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "0123456789abcdef") {
+			t.Errorf("%s: the error shows the token: %v", name, err)
+		}
+	}
 }

@@ -48,8 +48,9 @@ type fileConfig struct {
 }
 
 type aclBlock struct {
-	Enabled *bool   `hcl:"enabled,optional"`
-	Token   *string `hcl:"token,optional"`
+	Enabled   *bool   `hcl:"enabled,optional"`
+	Token     *string `hcl:"token,optional"`
+	TokenFile *string `hcl:"token_file,optional"`
 }
 
 type portsBlock struct {
@@ -172,6 +173,9 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("%w: -%s: %v", ErrInvalid, s.Flag, err)
 		}
 	}
+	if err := c.readTokenFile(); err != nil {
+		return nil, err
+	}
 	// An inventory source makes the agent a host.
 	if c.DevicesFile != "" || len(c.Discover) > 0 {
 		c.Host = true
@@ -180,6 +184,42 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// maxTokenFileBytes caps an ACL token file.
+const maxTokenFileBytes = 4 << 10
+
+// readTokenFile sets ACLToken from ACLTokenFile, when one is named: its
+// content without surrounding white space (a final newline), which must
+// not be empty. A token given both ways is refused.
+func (c *Config) readTokenFile() error {
+	if c.ACLTokenFile == "" {
+		return nil
+	}
+	if c.ACLToken != "" {
+		return fmt.Errorf("%w: acl token and token_file (-acl-token, -acl-token-file) exclude each other", ErrInvalid)
+	}
+	f, err := os.Open(c.ACLTokenFile)
+	if err != nil {
+		return fmt.Errorf("%w: acl token_file: %w", ErrInvalid, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+	if err != nil {
+		return fmt.Errorf("%w: acl token_file %s: %w", ErrInvalid, c.ACLTokenFile, err)
+	}
+	if len(data) > maxTokenFileBytes {
+		return fmt.Errorf("%w: acl token_file %s is larger than %d bytes", ErrInvalid, c.ACLTokenFile, maxTokenFileBytes)
+	}
+	tok := strings.TrimSpace(string(data))
+	if tok == "" {
+		return fmt.Errorf("%w: acl token_file %s is empty", ErrInvalid, c.ACLTokenFile)
+	}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return fmt.Errorf("%w: acl token_file %s holds more than one line or word", ErrInvalid, c.ACLTokenFile)
+	}
+	c.ACLToken = tok
+	return nil
 }
 
 // lookupEnv reads an environment variable; an empty value counts as unset.

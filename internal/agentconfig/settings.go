@@ -80,6 +80,7 @@ var Settings = []Setting{
 	{"tls-verify-server-hostname", "DMSC_TLS_VERIFY_SERVER_HOSTNAME", "tls.verify_server_hostname", "servers this node dials must present a server's certificate, with the server's name where known (default true)", func(c *Config) any { return &c.TLSVerifyServerHostname }},
 	{"acl-enabled", "DMSC_ACL_ENABLED", "acl.enabled", "check ACL tokens on every HTTP API request and on host registration (bootstrap with dmsc acl bootstrap)", func(c *Config) any { return &c.ACLEnabled }},
 	{"acl-token", "DMSC_ACL_TOKEN", "acl.token", "this agent's own ACL token: a host registers its devices with it when ACLs are on", func(c *Config) any { return &c.ACLToken }},
+	{"acl-token-file", "DMSC_ACL_TOKEN_FILE", "acl.token_file", "file holding this agent's own ACL token (read at start; surrounding white space dropped): keeps the secret out of config files, the environment and the command line", func(c *Config) any { return &c.ACLTokenFile }},
 	{"tls-verify-https-client", "DMSC_TLS_VERIFY_HTTPS_CLIENT", "tls.verify_https_client", "the HTTPS API requires a client certificate of the CA (default false)", func(c *Config) any { return &c.TLSVerifyHTTPSClient }},
 
 	{"http-max-conns-per-client", "DMSC_HTTP_MAX_CONNS_PER_CLIENT", "limits.http_max_conns_per_client", "HTTP API connections one client IP address may hold open; more are answered 429 and closed (0: unlimited)", func(c *Config) any { return &c.HTTPMaxConnsPerClient }},
