@@ -48,7 +48,11 @@ func (c *membersCommand) Run(args []string) int {
 			case m.Server:
 				role = "server"
 			}
-			rows[i] = []string{m.ID, m.GossipAddr, orDash(m.HTTPAddr), role, m.Status, fmt.Sprint(m.Leader), m.Version}
+			status := m.Status
+			if m.Integrity != "" {
+				status += " (" + m.Integrity + ")"
+			}
+			rows[i] = []string{m.ID, m.GossipAddr, orDash(m.HTTPAddr), role, status, fmt.Sprint(m.Leader), m.Version}
 		}
 		c.output(table([]string{"ID", "ADDRESS", "HTTP", "ROLE", "STATUS", "LEADER", "VERSION"}, rows))
 		return nil
