@@ -199,7 +199,15 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
-	if !existing && n.cfg.BootstrapExpect == 1 {
+	if existing {
+		if err := markMember(n.cfg.DataDir); n.cfg.DataDir != "" && err != nil {
+			n.log.Warn("could not write the member marker", "error", err)
+		}
+	}
+	if !existing && n.wasMember() {
+		n.log.Info("this server has been part of a cluster and has no Raft state (resync): it waits for the leader to add it back, never bootstraps")
+	}
+	if !existing && n.cfg.BootstrapExpect == 1 && !n.wasMember() {
 		cfg := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.raftAddr),
 		}}}
