@@ -88,7 +88,7 @@ type Config struct {
 	SnapshotRetain    int
 	// StateHashInterval: every this many applied entries each replica
 	// hashes its state, and the servers compare the hashes at the same
-	// index (statehash.go). Default 1024.
+	// index (statehash.go). Default 4096.
 	StateHashInterval uint64
 
 	// TickInterval is how often the leader proposes a tick (time passing)
@@ -192,7 +192,7 @@ func (c *Config) fillDefaults() {
 		c.SnapshotThreshold = 8192
 	}
 	if c.StateHashInterval == 0 {
-		c.StateHashInterval = 1024
+		c.StateHashInterval = 4096
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 10240

@@ -143,3 +143,28 @@ func TestCompareCheckpoints(t *testing.T) {
 		t.Fatalf("round trip: %v", c)
 	}
 }
+
+// BenchmarkStateHash hashes a state of 100,000 devices (1,000 hosts of
+// 100 GPUs) and 10,000 allocations: the cost of one checkpoint, paid
+// every StateHashInterval entries on every replica.
+func BenchmarkStateHash(b *testing.B) {
+	h := newRaftHarness(&testing.T{})
+	for i := range 1000 {
+		devs := make([]fsm.DeviceSpec, 100)
+		for j := range devs {
+			devs[j] = gpu(fmt.Sprintf("h%d-g%d", i, j), 80)
+		}
+		h.apply(staticHost(fmt.Sprintf("h%d", i), devs...))
+	}
+	for range 100 {
+		cs := make([]fsm.Command, 100)
+		for j := range cs {
+			cs[j] = gpuRequest(10)
+		}
+		h.apply(cs...)
+	}
+	b.ResetTimer()
+	for range b.N {
+		h.f.StateHash()
+	}
+}
