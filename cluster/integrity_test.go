@@ -135,6 +135,16 @@ func TestCompareCheckpoints(t *testing.T) {
 	if d == nil || fmt.Sprint(d.Divergent) != "[s1]" {
 		t.Fatalf("s1 differs: %v", d)
 	}
+	// s2 is ahead and agrees at 20; s3 differed at 10 and has not
+	// advertised 20 yet: the mismatch stands.
+	d = compareCheckpoints("s1", mine, map[string][]Checkpoint{"s2": {cp(10, "a"), cp(20, "b")}, "s3": {cp(10, "x")}})
+	if d == nil || d.Index != 10 || fmt.Sprint(d.Divergent) != "[s3]" {
+		t.Fatalf("older mismatch hidden by a newer agreement: %v", d)
+	}
+	// s3 agreed at 20 (resynced): settled.
+	if d := compareCheckpoints("s1", mine, map[string][]Checkpoint{"s2": {cp(20, "b")}, "s3": {cp(10, "x"), cp(20, "b")}}); d != nil {
+		t.Fatalf("settled mismatch: %v", d)
+	}
 	d = compareCheckpoints("s1", mine, map[string][]Checkpoint{"s2": {cp(20, "c")}})
 	if d == nil || len(d.Divergent) != 0 {
 		t.Fatalf("two servers, undecided: %v", d)

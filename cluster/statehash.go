@@ -136,9 +136,12 @@ func (d *Divergence) String() string {
 }
 
 // compareCheckpoints compares this server's checkpoints with its peers'
-// (by server ID) at the newest index some peer shares, and returns the
-// mismatch there, or nil when they agree (or nothing is shared).
+// (by server ID) and returns the newest mismatch that no later checkpoint
+// settled, or nil. A mismatch is settled once every server in it has
+// agreed with all the others at a later index (a server resynced); a peer
+// that merely has not advertised a later checkpoint yet settles nothing.
 func compareCheckpoints(self string, mine []Checkpoint, peers map[string][]Checkpoint) *Divergence {
+	settled := map[string]bool{}
 	for i := len(mine) - 1; i >= 0; i-- {
 		cp := mine[i]
 		hashes := map[string]string{self: cp.Hash}
@@ -157,7 +160,19 @@ func compareCheckpoints(self string, mine []Checkpoint, peers map[string][]Check
 			groups[h] = append(groups[h], id)
 		}
 		if len(groups) < 2 {
-			return nil // the newest index compared agrees
+			for id := range hashes {
+				settled[id] = true
+			}
+			continue
+		}
+		open := false
+		for id, h := range hashes {
+			if h != cp.Hash && !settled[id] {
+				open = true
+			}
+		}
+		if !open {
+			continue
 		}
 		d := &Divergence{Index: cp.Index, Hashes: hashes}
 		best, tie := "", false
