@@ -14,6 +14,7 @@ require (
 	github.com/hashicorp/raft v1.7.3
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1
 	github.com/prometheus/client_golang v1.23.2
+	go.etcd.io/bbolt v1.3.5
 	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.15.2
 )
@@ -64,7 +65,6 @@ require (
 	github.com/shopspring/decimal v1.2.0 // indirect
 	github.com/spf13/cast v1.3.1 // indirect
 	github.com/zclconf/go-cty v1.19.0 // indirect
-	go.etcd.io/bbolt v1.3.5 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/crypto v0.44.0 // indirect
 	golang.org/x/image v0.24.0 // indirect

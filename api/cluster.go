@@ -15,7 +15,7 @@ func memberOf(m cluster.Member) wire.Member {
 	return wire.Member{
 		ID: m.ID, Server: m.Server, Host: m.Host, GossipAddr: m.GossipAddr, RaftAddr: m.RaftAddr,
 		RPCAddr: m.RPCAddr, HTTPAddr: m.HTTPAddr, Version: m.Version, Status: string(m.Status),
-		Since: m.Since, Leader: m.Leader,
+		Since: m.Since, Leader: m.Leader, Integrity: m.Integrity,
 	}
 }
 
@@ -24,6 +24,7 @@ func nodeStatusOf(st cluster.Status) wire.NodeStatus {
 		ID: st.ID, Server: st.Server, Host: st.Host, State: st.State, Leader: st.Leader,
 		KnownLeader: st.KnownLeader, LastContact: wire.Duration(st.LastContact), CommitIndex: st.CommitIndex,
 		AppliedIndex: st.AppliedIndex, Term: st.Term, Ready: st.Ready,
+		Integrity: st.Integrity, Divergence: st.Divergence,
 	}
 }
 
@@ -117,8 +118,22 @@ func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) error {
 }
 
 // GET /v1/health
+//
+// 503 with code replica_failed when this server's replica failed its
+// integrity check (halted, or divergent); a state divergence seen between
+// other servers is listed in Alarms with a 200.
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, r, http.StatusOK, wire.Health{Status: "ok", Node: s.b.Self().ID})
+	st := s.b.Status()
+	h := wire.Health{Status: "ok", Node: s.b.Self().ID}
+	if st.Integrity != "" {
+		h.Status, h.Code, h.Reason = "failed", cluster.ErrReplicaFailed.Code, st.Integrity
+		writeJSON(w, r, http.StatusServiceUnavailable, h)
+		return nil
+	}
+	if st.Divergence != "" {
+		h.Alarms = append(h.Alarms, st.Divergence)
+	}
+	writeJSON(w, r, http.StatusOK, h)
 	return nil
 }
 
@@ -127,6 +142,8 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
 	st := nodeStatusOf(s.b.Status())
 	code := http.StatusOK
 	switch {
+	case st.Integrity != "":
+		code, st.Reason = http.StatusServiceUnavailable, st.Integrity
 	case !st.Ready:
 		code, st.Reason = http.StatusServiceUnavailable, "the node is not ready: no leader known, or not caught up"
 	case s.opts.Ready != nil && !s.opts.Ready():

@@ -76,7 +76,7 @@ func (b *fakeBackend) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, e
 	b.applies++
 	b.index++
 	fsm.Stamp(cmd, b.now)
-	data, err := fsm.Encode(cmd)
+	data, err := cluster.EncodeLogEntry(cmd)
 	if err != nil {
 		return fsm.Result{}, err
 	}

@@ -115,6 +115,10 @@ var (
 		"Raft commit index this node knows.", nil, nil)
 	descAppliedIndex = prometheus.NewDesc("dmsc_raft_applied_index",
 		"Raft index this node has applied.", nil, nil)
+	descDivergence = prometheus.NewDesc("dmsc_state_divergence",
+		"1 when this server has seen the state hashes of servers differ at the same index.", nil, nil)
+	descReplicaFailed = prometheus.NewDesc("dmsc_replica_failed",
+		"1 when this server's replica failed its integrity check (halted or divergent): it answers no reads.", nil, nil)
 	descQueue = prometheus.NewDesc("dmsc_queue_length",
 		"Pending allocation requests waiting for capacity.", nil, nil)
 	descAllocations = prometheus.NewDesc("dmsc_allocations",
@@ -135,7 +139,7 @@ type stateCollector struct{ s *Server }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIndex, descKnownLeader, descIsLeader, descLastContact, descCommitIndex,
-		descAppliedIndex, descQueue, descAllocations, descUtilisation, descFragmentation, descDevices, descHosts} {
+		descAppliedIndex, descDivergence, descReplicaFailed, descQueue, descAllocations, descUtilisation, descFragmentation, descDevices, descHosts} {
 		ch <- d
 	}
 }
@@ -155,6 +159,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descLastContact, lc)
 		gauge(descCommitIndex, float64(st.CommitIndex))
 		gauge(descAppliedIndex, float64(st.AppliedIndex))
+		gauge(descDivergence, boolFloat(st.Divergence != ""))
+		gauge(descReplicaFailed, boolFloat(st.Integrity != ""))
 	}
 
 	var (

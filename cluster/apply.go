@@ -168,7 +168,7 @@ func classify(res fsm.Result, err error) (fsm.Result, error, bool, bool) {
 // waits for the state machine's answer. Only the leader calls it.
 func (n *Node) applyLeader(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	fsm.Stamp(cmd, time.Now())
-	data, err := fsm.Encode(cmd)
+	data, err := EncodeLogEntry(cmd)
 	if err != nil {
 		return fsm.Result{}, err
 	}

@@ -86,6 +86,10 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	TrailingLogs      uint64
 	SnapshotRetain    int
+	// StateHashInterval: every this many applied entries each replica
+	// hashes its state, and the servers compare the hashes at the same
+	// index (statehash.go). Default 4096.
+	StateHashInterval uint64
 
 	// TickInterval is how often the leader proposes a tick (time passing)
 	// when no deadline falls due sooner.
@@ -186,6 +190,9 @@ func (c *Config) fillDefaults() {
 	def(&c.InventoryInterval, 30*time.Second)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
+	}
+	if c.StateHashInterval == 0 {
+		c.StateHashInterval = 4096
 	}
 	if c.TrailingLogs == 0 {
 		c.TrailingLogs = 10240

@@ -30,6 +30,11 @@ var (
 	// ErrHostToken: with ACLs on, a host's inventory came without a token
 	// that may register it; the host is not registered.
 	ErrHostToken = &fsm.Error{Code: wire.CodePermissionDenied, Message: "host token may not register this host"}
+	// ErrReplicaFailed: this server's replica cannot be trusted: it
+	// stopped at a log entry it could not apply (fail-stop), or its state
+	// hash differs from the other servers' (integrity.go). It answers no
+	// reads. Retryable on another node.
+	ErrReplicaFailed = &fsm.Error{Code: wire.CodeReplicaFailed, Message: "this server's replica failed its integrity check"}
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = &fsm.Error{Code: "bad_config", Message: "invalid configuration"}
 )

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -31,7 +30,38 @@ type RaftFSM struct {
 
 	nmu     sync.Mutex
 	advance chan struct{} // closed and replaced whenever applied grows
+
+	// halt is the entry this replica could not apply (fail-stop): once
+	// set, nothing more is applied and no snapshot is taken. Guarded by
+	// mu; haltCh is closed when it is set.
+	halt     *HaltError
+	haltCh   chan struct{}
+	haltOnce sync.Once
+
+	// State hash checkpoints (integrity.go), guarded by mu: every
+	// hashEvery applied entries the state's canonical snapshot is hashed.
+	hashEvery    uint64
+	hashNext     uint64
+	checkpoints  []Checkpoint // the newest last, at most keepCheckpoints
+	onCheckpoint func(Checkpoint)
+
+	// fault, for tests only, may change a command before it is applied
+	// (a replica made to diverge on purpose).
+	fault func(index uint64, c fsm.Command)
 }
+
+// HaltError is the log entry a replica could not apply. The replica stops
+// there: applying the rest of the log without it would make it diverge.
+type HaltError struct {
+	Index uint64
+	Err   error
+}
+
+func (e *HaltError) Error() string {
+	return fmt.Sprintf("log entry %d cannot be applied: %v", e.Index, e.Err)
+}
+
+func (e *HaltError) Unwrap() error { return e.Err }
 
 var (
 	_ raft.BatchingFSM = (*RaftFSM)(nil)
@@ -40,7 +70,17 @@ var (
 
 // NewRaftFSM wraps a state (usually fsm.New()).
 func NewRaftFSM(s *fsm.State) *RaftFSM {
-	return &RaftFSM{state: s, advance: make(chan struct{})}
+	return &RaftFSM{state: s, advance: make(chan struct{}), haltCh: make(chan struct{})}
+}
+
+// Halted is closed once the FSM has met an entry it cannot apply.
+func (f *RaftFSM) Halted() <-chan struct{} { return f.haltCh }
+
+// Halt returns the entry the FSM stopped at, or nil.
+func (f *RaftFSM) Halt() *HaltError {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.halt
 }
 
 // Apply applies one log entry. Raft calls ApplyBatch instead; Apply is
@@ -50,37 +90,47 @@ func (f *RaftFSM) Apply(l *raft.Log) interface{} {
 }
 
 // ApplyBatch applies committed entries in order. Each command's answer is
-// an fsm.Result; configuration entries answer nil. An entry whose command
-// type this build does not know stops the node: applying the rest of the
-// log without it would make this replica diverge.
+// an fsm.Result; configuration entries answer nil. An entry that fails its
+// checksum or does not decode (unknown command type, bad payload) halts
+// the FSM (fail-stop): it answers ErrReplicaFailed for that entry and for
+// every later one, its applied index stays before it, and Halted is
+// closed so that the node stops Raft. Nothing is ever skipped.
 func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	f.mu.Lock()
-	grew := false
+	grew, halted := false, false
 	for i, l := range logs {
+		if f.halt != nil {
+			out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
+			continue
+		}
+		if l.Type == raft.LogCommand {
+			c, err := DecodeLogEntry(l.Data)
+			if err != nil {
+				f.halt = &HaltError{Index: l.Index, Err: err}
+				halted = true
+				out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
+				continue
+			}
+			if f.fault != nil {
+				f.fault(l.Index, c)
+			}
+			res, changed := f.state.ApplyChanged(l.Index, c)
+			if changed {
+				f.modified = l.Index
+			}
+			out[i] = res
+		}
 		if l.Index > f.applied {
 			f.applied = l.Index
 			grew = true
+			f.checkpointLocked()
 		}
-		if l.Type != raft.LogCommand {
-			continue
-		}
-		c, err := fsm.Decode(l.Data)
-		if err != nil {
-			if errors.Is(err, fsm.ErrUnknownCommand) {
-				f.mu.Unlock()
-				panic(fmt.Sprintf("fsm: log entry %d: %v: this build cannot apply the log; upgrade it", l.Index, err))
-			}
-			out[i] = fsm.Result{Index: l.Index, Err: err}
-			continue
-		}
-		res, changed := f.state.ApplyChanged(l.Index, c)
-		if changed {
-			f.modified = l.Index
-		}
-		out[i] = res
 	}
 	f.mu.Unlock()
+	if halted {
+		f.haltOnce.Do(func() { close(f.haltCh) })
+	}
 	if grew {
 		f.notify()
 	}
@@ -154,6 +204,11 @@ const RaftSnapshotHeaderLen = snapshotHeaderLen
 func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	if f.halt != nil {
+		// Raft counts the halted entries as applied: a snapshot now would
+		// record a state that lacks them.
+		return nil, clusterErr(ErrReplicaFailed, f.halt.Error())
+	}
 	var b bytes.Buffer
 	b.Grow(snapshotHeaderLen + 4096)
 	WriteRaftSnapshotHeader(&b, f.applied, f.modified)
@@ -187,6 +242,7 @@ func (f *RaftFSM) Restore(rc io.ReadCloser) error {
 		modified = f.modified
 	}
 	f.applied, f.modified = applied, modified
+	f.restartCheckpointsLocked()
 	f.mu.Unlock()
 	f.notify()
 	return nil

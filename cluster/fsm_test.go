@@ -31,7 +31,7 @@ func (h *raftHarness) log(c fsm.Command) *raft.Log {
 	h.idx++
 	h.now += int64(time.Millisecond)
 	fsm.Stamp(c, time.Unix(0, h.now))
-	data, err := fsm.Encode(c)
+	data, err := EncodeLogEntry(c)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -142,14 +142,21 @@ func TestRaftFSMSnapshotRoundTrip(t *testing.T) {
 
 func TestRaftFSMUnknownCommandStopsTheNode(t *testing.T) {
 	f := NewRaftFSM(fsm.New())
-	defer func() {
-		if recover() == nil {
-			t.Fatal("an unknown command was skipped")
-		}
-		// The lock was released: the node can still be read while it stops.
-		f.Read(func(*fsm.State) {})
-	}()
-	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{250, '{', '}'}})
+	out := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: wrapLogEntry([]byte{250, '{', '}'})})
+	if res, ok := out.(fsm.Result); !ok || !errors.Is(res.Err, ErrReplicaFailed) {
+		t.Fatalf("an unknown command answered %v", out)
+	}
+	h := f.Halt()
+	if h == nil || h.Index != 1 || !errors.Is(h, fsm.ErrUnknownCommand) {
+		t.Fatalf("halt: %v", h)
+	}
+	select {
+	case <-f.Halted():
+	default:
+		t.Fatal("Halted not closed")
+	}
+	// The lock was released: the node can still be read while it stops.
+	f.Read(func(*fsm.State) {})
 }
 
 func TestRaftFSMWaits(t *testing.T) {

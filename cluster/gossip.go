@@ -27,6 +27,11 @@ type nodeMeta struct {
 	Inv string `json:"inv,omitempty"`
 	// Leaving is set before a node leaves for good (Leave).
 	Leaving bool `json:"lv,omitempty"`
+	// StateHash is a server's newest state checkpoint, "index:hash"
+	// (statehash.go); Integrity is "halted" or "diverged" when its
+	// replica failed its integrity check.
+	StateHash string `json:"sh,omitempty"`
+	Integrity string `json:"ig,omitempty"`
 }
 
 func (m nodeMeta) server() bool { return m.Role == "s" || m.Role == "sh" }
@@ -148,6 +153,6 @@ func (m memberInfo) export() Member {
 	return Member{
 		ID: m.id, Server: m.meta.server(), Host: m.meta.host(),
 		GossipAddr: m.addr, RaftAddr: m.meta.Raft, RPCAddr: m.meta.RPC, HTTPAddr: m.meta.HTTP,
-		Version: m.meta.Version, Status: m.status, Since: m.since,
+		Version: m.meta.Version, Status: m.status, Since: m.since, Integrity: m.meta.Integrity,
 	}
 }

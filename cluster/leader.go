@@ -313,7 +313,7 @@ func (n *Node) registerHost(ctx context.Context, m memberInfo) (string, error) {
 // cluster (then this server waits to be added by its leader).
 func (n *Node) bootstrapLoop() {
 	expect := n.cfg.BootstrapExpect
-	if expect <= 1 || n.hasRaftConfig() {
+	if expect <= 1 || n.hasRaftConfig() || n.wasMember() {
 		return
 	}
 	warned := false

@@ -57,6 +57,8 @@ type Node struct {
 	// command of the term (the barrier): then its commit index covers every
 	// entry of earlier terms, and reads and duties may start.
 	leaderReady atomic.Bool
+	// integ: fail-stop and the state hash comparison (integrity.go).
+	integ integrity
 
 	rpcSrv *transport.RPCServer
 	rpc    *transport.RPCClient
@@ -94,6 +96,7 @@ func New(cfg Config) (*Node, error) {
 		log:        cfg.Logger.Named("cluster"),
 		shutdownCh: make(chan struct{}),
 		members:    newMembers(),
+		integ:      newIntegrity(),
 	}
 	n.baseCtx, n.cancelBase = context.WithCancel(context.Background())
 	n.rpc = n.newRPCClient()
@@ -148,6 +151,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.Server {
 		n.goLoop(n.monitorLeadership)
 		n.goLoop(n.bootstrapLoop)
+		n.goLoop(n.integrityLoop)
 	}
 	if n.cfg.Inventory != nil {
 		n.goLoop(n.inventoryLoop)
@@ -184,6 +188,7 @@ func (n *Node) startRaft() error {
 		Logger:  n.log.Named("raft-net"),
 	}))
 	n.fsm = NewRaftFSM(fsm.New())
+	n.setupIntegrity()
 	n.leaderNotify = make(chan bool, 16)
 	existing, err := raft.HasExistingState(stores.logs, stores.stable, stores.snaps)
 	if err != nil {
@@ -194,7 +199,15 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
-	if !existing && n.cfg.BootstrapExpect == 1 {
+	if existing {
+		if err := markMember(n.cfg.DataDir); n.cfg.DataDir != "" && err != nil {
+			n.log.Warn("could not write the member marker", "error", err)
+		}
+	}
+	if !existing && n.wasMember() {
+		n.log.Info("this server has been part of a cluster and has no Raft state (resync): it waits for the leader to add it back, never bootstraps")
+	}
+	if !existing && n.cfg.BootstrapExpect == 1 && !n.wasMember() {
 		cfg := raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: raft.ServerID(n.cfg.NodeID), Address: raft.ServerAddress(n.raftAddr),
 		}}}
@@ -218,6 +231,7 @@ func (n *Node) localMeta() []byte {
 	if n.cfg.Server {
 		m.Raft = n.raftAddr
 		m.Expect = n.cfg.BootstrapExpect
+		m.StateHash, m.Integrity = n.integrityMeta()
 	}
 	if n.cfg.Inventory != nil {
 		n.invMu.Lock()
@@ -442,6 +456,13 @@ func (n *Node) Status() Status {
 		return s
 	}
 	s.State = n.raft.State().String()
+	s.Integrity = n.replicaProblem()
+	if d := n.Divergence(); d != nil {
+		s.Divergence = d.String()
+	}
+	if s.Integrity != "" {
+		return s // not ready
+	}
 	if l, ok := n.Leader(); ok {
 		s.Leader, s.KnownLeader = l.ID, true
 	}

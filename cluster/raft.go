@@ -33,15 +33,33 @@ func (n *Node) openStores() (*raftStores, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
-	if err != nil {
-		return nil, fmt.Errorf("open raft store: %w", err)
+	path := filepath.Join(dir, "raft.db")
+	// Damage found here stops the start with the file and the recovery
+	// named (storecheck.go), before bbolt or Raft can panic on it.
+	damaged := func(what string, err error) error {
+		return fmt.Errorf("%w: %s: %w; %s", ErrStoreDamaged, what, err, storeAdvice(n.cfg.DataDir))
+	}
+	start := time.Now()
+	if err := checkBoltFile(path); err != nil {
+		return nil, damaged(path, err)
+	}
+	var bolt *raftboltdb.BoltStore
+	if err := guard(func() (err error) {
+		bolt, err = raftboltdb.New(raftboltdb.Options{Path: path})
+		return err
+	}); err != nil {
+		return nil, damaged(path, err)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, n.cfg.SnapshotRetain, n.log.Named("snapshot"))
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
+	if err := checkRaftState(bolt, snaps); err != nil {
+		bolt.Close()
+		return nil, damaged(dir, err)
+	}
+	n.log.Debug("raft state on disk checked", "path", dir, "took", time.Since(start))
 	logs, err := raft.NewLogCache(512, bolt)
 	if err != nil {
 		bolt.Close()

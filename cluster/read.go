@@ -28,6 +28,9 @@ func (n *Node) Read(ctx context.Context, opts ReadOptions, fn func(*fsm.State)) 
 	if err := n.running(); err != nil {
 		return ReadMeta{}, err
 	}
+	if p := n.replicaProblem(); p != "" {
+		return ReadMeta{}, clusterErr(ErrReplicaFailed, p)
+	}
 	if opts.MinIndex > 0 {
 		wait := opts.Wait
 		if wait <= 0 {

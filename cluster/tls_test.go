@@ -273,7 +273,7 @@ func forgeEntry(target *Node, dial func(string, time.Duration) (net.Conn, error)
 	defer trans.Close()
 	cmd := &fsm.RegisterHost{Host: fsm.HostSpec{ID: host}, Devices: []fsm.DeviceSpec{gpu(host+"-gpu", 80)}}
 	fsm.Stamp(cmd, time.Now())
-	data, err := fsm.Encode(cmd)
+	data, err := EncodeLogEntry(cmd)
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,9 @@ type Member struct {
 	Status     MemberStatus `json:"status"`
 	// Since is when this node last saw the status change.
 	Since time.Time `json:"since"`
+	// Integrity is "halted" or "diverged" when the server advertises that
+	// its replica failed its integrity check, else empty.
+	Integrity string `json:"integrity,omitempty"`
 	// Leader reports whether the member is the Raft leader.
 	Leader bool `json:"leader"`
 }
@@ -132,6 +135,13 @@ type Status struct {
 	// (within ReadyLag), and heard from the leader recently; a host has
 	// joined the gossip pool.
 	Ready bool `json:"ready"`
+	// Integrity says why this server's replica may not be read: it halted
+	// at a log entry it could not apply, or its state differs from the
+	// other servers'. Empty when sound.
+	Integrity string `json:"integrity,omitempty"`
+	// Divergence describes the newest state hash mismatch this server has
+	// seen between servers (itself or others); empty when none.
+	Divergence string `json:"divergence,omitempty"`
 }
 
 // ReadyLag is how many committed entries a server may still have to apply

@@ -101,7 +101,7 @@ func forgeAppend(ctx context.Context, c *Cluster, p *Process, cmd fsm.Command) e
 		return err
 	}
 	fsm.Stamp(cmd, time.Now())
-	data, err := fsm.Encode(cmd)
+	data, err := cluster.EncodeLogEntry(cmd)
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,11 @@ const (
 	// CodeNotServer: the node is a host and holds no replica. Retryable
 	// on another node.
 	CodeNotServer = "not_server"
+	// CodeReplicaFailed: this server's replica cannot be trusted: it
+	// stopped at a corrupt or undecodable log entry, or its state differs
+	// from the other servers'. Nothing was done; retryable on another
+	// node.
+	CodeReplicaFailed = "replica_failed"
 	// CodeTimeout: the request ran out of time; the outcome of a write is
 	// unknown. Retryable with the same request ID.
 	CodeTimeout = "timeout"
@@ -98,23 +103,23 @@ const (
 // RetryableCode reports whether an error with this code may succeed if
 // the same request is sent again, with the same request ID: to this node
 // after a pause, or to another node. These are overloaded, no_leader,
-// not_leader, shutdown, not_server and timeout; the server sets
+// not_leader, shutdown, not_server, replica_failed and timeout; the server sets
 // Error.Retryable from this list.
 func RetryableCode(code string) bool {
 	switch code {
-	case CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown, CodeNotServer, CodeTimeout:
+	case CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown, CodeNotServer, CodeTimeout, CodeReplicaFailed:
 		return true
 	}
 	return false
 }
 
 // NotAppliedCode reports whether an error with this code says that the
-// request was not carried out at all (overloaded, no_leader, not_server),
+// request was not carried out at all (overloaded, no_leader, not_server, replica_failed),
 // so that even a write without a request ID may be sent again. The other
 // retryable codes leave a write's outcome unknown.
 func NotAppliedCode(code string) bool {
 	switch code {
-	case CodeOverloaded, CodeNoLeader, CodeNotServer:
+	case CodeOverloaded, CodeNoLeader, CodeNotServer, CodeReplicaFailed:
 		return true
 	}
 	return false
@@ -324,6 +329,12 @@ type NodeStatus struct {
 	Ready        bool     `json:"ready"`
 	// Reason says why a node is not ready (GET /v1/ready answering 503).
 	Reason string `json:"reason,omitempty"`
+	// Integrity says why a server's replica may not be read (it halted
+	// at a log entry it could not apply, or its state differs from the
+	// other servers'); Divergence describes the newest state hash
+	// mismatch the server has seen between servers. Empty when sound.
+	Integrity  string `json:"integrity,omitempty"`
+	Divergence string `json:"divergence,omitempty"`
 }
 
 // AgentSelf describes the answering agent (GET /v1/agent/self).
@@ -340,8 +351,16 @@ type AgentSelf struct {
 
 // Health is the body of GET /v1/health.
 type Health struct {
+	// Status is "ok", or "failed" (HTTP 503) when this server's replica
+	// failed its integrity check; Code is then replica_failed and Reason
+	// says what happened and what to do.
 	Status string `json:"status"`
 	Node   string `json:"node"`
+	Code   string `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Alarms lists what this node sees wrong elsewhere: a state
+	// divergence between other servers.
+	Alarms []string `json:"alarms,omitempty"`
 }
 
 // WriteResult answers a write that has no object to return.
@@ -368,6 +387,9 @@ type Member struct {
 	// Since is when the answering node saw the status change.
 	Since  time.Time `json:"since,omitzero"`
 	Leader bool      `json:"leader"`
+	// Integrity is "halted" or "diverged" when the server advertises that
+	// its replica failed its integrity check.
+	Integrity string `json:"integrity,omitempty"`
 }
 
 // Leader names the Raft leader (GET /v1/cluster/leader).

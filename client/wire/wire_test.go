@@ -38,9 +38,9 @@ func TestDuration(t *testing.T) {
 func TestRetryableCodes(t *testing.T) {
 	all := []string{CodeBadRequest, CodeInvalid, CodeBadSnapshot, CodeNotFound, CodeMethodNotAllowed, CodeConflict,
 		CodeNotActive, CodeNoCapacity, CodeRequestIDReused, CodeBodyTooLarge, CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown,
-		CodeNotServer, CodeTimeout, CodeInternal, CodeForbidden, "lease_lost", ""}
-	retryable := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotLeader: true, CodeShutdown: true, CodeNotServer: true, CodeTimeout: true}
-	notApplied := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotServer: true}
+		CodeNotServer, CodeTimeout, CodeInternal, CodeForbidden, CodeReplicaFailed, "lease_lost", ""}
+	retryable := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotLeader: true, CodeShutdown: true, CodeNotServer: true, CodeTimeout: true, CodeReplicaFailed: true}
+	notApplied := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotServer: true, CodeReplicaFailed: true}
 	for _, code := range all {
 		if got := RetryableCode(code); got != retryable[code] {
 			t.Errorf("RetryableCode(%q) = %v, want %v", code, got, retryable[code])

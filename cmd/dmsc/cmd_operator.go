@@ -48,7 +48,11 @@ func (c *membersCommand) Run(args []string) int {
 			case m.Server:
 				role = "server"
 			}
-			rows[i] = []string{m.ID, m.GossipAddr, orDash(m.HTTPAddr), role, m.Status, fmt.Sprint(m.Leader), m.Version}
+			status := m.Status
+			if m.Integrity != "" {
+				status += " (" + m.Integrity + ")"
+			}
+			rows[i] = []string{m.ID, m.GossipAddr, orDash(m.HTTPAddr), role, status, fmt.Sprint(m.Leader), m.Version}
 		}
 		c.output(table([]string{"ID", "ADDRESS", "HTTP", "ROLE", "STATUS", "LEADER", "VERSION"}, rows))
 		return nil
@@ -284,10 +288,11 @@ func operatorCommands(ui cli.Ui) map[string]cli.CommandFactory {
 		"operator":                  parent("operator", "Operate the cluster: Raft peers, snapshots and gossip keys", "raft", "snapshot", "keygen", "keyring"),
 		"operator keygen":           func() (cli.Command, error) { return &keygenCommand{ui: ui}, nil },
 		"operator keyring":          func() (cli.Command, error) { return &keyringCommand{base()}, nil },
-		"operator raft":             parent("operator raft", "Inspect and change the Raft configuration", "list-peers", "remove-peer", "readmit"),
+		"operator raft":             parent("operator raft", "Inspect and change the Raft configuration", "list-peers", "remove-peer", "readmit", "resync"),
 		"operator raft list-peers":  func() (cli.Command, error) { return &raftListPeersCommand{base()}, nil },
 		"operator raft remove-peer": func() (cli.Command, error) { return &raftRemovePeerCommand{base()}, nil },
 		"operator raft readmit":     func() (cli.Command, error) { return &raftReadmitCommand{base()}, nil },
+		"operator raft resync":      func() (cli.Command, error) { return &raftResyncCommand{ui: ui}, nil },
 		"operator snapshot":         parent("operator snapshot", "Save and restore the cluster's state", "save", "restore"),
 		"operator snapshot save":    func() (cli.Command, error) { return &snapshotCommand{base(), false}, nil },
 		"operator snapshot restore": func() (cli.Command, error) { return &snapshotCommand{base(), true}, nil },

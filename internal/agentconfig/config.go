@@ -82,6 +82,7 @@ type Config struct {
 	SnapshotThreshold  uint64
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64
+	StateHashInterval  uint64
 	SnapshotRetain     int
 	TickInterval       time.Duration
 	ReconcileInterval  time.Duration
@@ -316,6 +317,7 @@ func (c *Config) ClusterConfig(dataDir string, inventory cluster.InventoryFunc, 
 		SnapshotThreshold:   c.SnapshotThreshold,
 		SnapshotInterval:    c.SnapshotInterval,
 		TrailingLogs:        c.TrailingLogs,
+		StateHashInterval:   c.StateHashInterval,
 		SnapshotRetain:      c.SnapshotRetain,
 		TickInterval:        c.TickInterval,
 		ReconcileInterval:   c.ReconcileInterval,

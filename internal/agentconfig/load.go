@@ -69,6 +69,7 @@ type serverBlock struct {
 	SnapshotThreshold  *int    `hcl:"snapshot_threshold,optional"`
 	SnapshotInterval   *string `hcl:"snapshot_interval,optional"`
 	TrailingLogs       *int    `hcl:"trailing_logs,optional"`
+	StateHashInterval  *int    `hcl:"state_hash_interval,optional"`
 	SnapshotRetain     *int    `hcl:"snapshot_retain,optional"`
 	TickInterval       *string `hcl:"tick_interval,optional"`
 	ReconcileInterval  *string `hcl:"reconcile_interval,optional"`

@@ -52,6 +52,7 @@ var Settings = []Setting{
 	{"snapshot-threshold", "DMSC_SNAPSHOT_THRESHOLD", "server.snapshot_threshold", "log entries between snapshots", func(c *Config) any { return &c.SnapshotThreshold }},
 	{"snapshot-interval", "DMSC_SNAPSHOT_INTERVAL", "server.snapshot_interval", "how often the snapshot threshold is checked", func(c *Config) any { return &c.SnapshotInterval }},
 	{"trailing-logs", "DMSC_TRAILING_LOGS", "server.trailing_logs", "log entries kept after a snapshot", func(c *Config) any { return &c.TrailingLogs }},
+	{"state-hash-interval", "DMSC_STATE_HASH_INTERVAL", "server.state_hash_interval", "applied entries between the state hashes the servers compare", func(c *Config) any { return &c.StateHashInterval }},
 	{"snapshot-retain", "DMSC_SNAPSHOT_RETAIN", "server.snapshot_retain", "snapshots kept on disk", func(c *Config) any { return &c.SnapshotRetain }},
 	{"tick-interval", "DMSC_TICK_INTERVAL", "server.tick_interval", "how often the leader advances time when no deadline is due sooner", func(c *Config) any { return &c.TickInterval }},
 	{"reconcile-interval", "DMSC_RECONCILE_INTERVAL", "server.reconcile_interval", "how often the leader reconciles gossip with the Raft configuration and hosts", func(c *Config) any { return &c.ReconcileInterval }},

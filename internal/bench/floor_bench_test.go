@@ -161,7 +161,7 @@ func (m *memBackend) Apply(_ context.Context, cmd fsm.Command) (fsm.Result, erro
 		fsm.SetRequestID(cmd, client.NewRequestID())
 	}
 	fsm.Stamp(cmd, time.Now())
-	data, err := fsm.Encode(cmd)
+	data, err := cluster.EncodeLogEntry(cmd)
 	if err != nil {
 		return fsm.Result{}, err
 	}
