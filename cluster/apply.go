@@ -33,6 +33,13 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if fsm.RequestIDOf(cmd) == "" {
 		fsm.SetRequestID(cmd, uuid.NewString())
 	}
+	if a, ok := cmd.(*fsm.Allocate); ok && a.AllocationID == "" {
+		// Drawn here, once, not from the log index: a restored snapshot
+		// holds allocations of another cluster's indexes. A retry of this
+		// call keeps the ID; a retry through another node draws another,
+		// and the request-ID cache still answers it with the first.
+		a.AllocationID = uuid.NewString()
+	}
 	var (
 		failingSince time.Time
 		unknown      bool // an attempt may have been applied
