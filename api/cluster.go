@@ -23,7 +23,7 @@ func nodeStatusOf(st cluster.Status) wire.NodeStatus {
 	return wire.NodeStatus{
 		ID: st.ID, Server: st.Server, Host: st.Host, State: st.State, Leader: st.Leader,
 		KnownLeader: st.KnownLeader, LastContact: wire.Duration(st.LastContact), CommitIndex: st.CommitIndex,
-		AppliedIndex: st.AppliedIndex, Term: st.Term, Ready: st.Ready,
+		AppliedIndex: st.AppliedIndex, Term: st.Term, Ready: st.Ready, Reason: st.Reason,
 	}
 }
 
@@ -127,6 +127,8 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
 	st := nodeStatusOf(s.b.Status())
 	code := http.StatusOK
 	switch {
+	case !st.Ready && st.Reason != "":
+		code = http.StatusServiceUnavailable
 	case !st.Ready:
 		code, st.Reason = http.StatusServiceUnavailable, "the node is not ready: no leader known, or not caught up"
 	case s.opts.Ready != nil && !s.opts.Ready():

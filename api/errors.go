@@ -61,6 +61,7 @@ var statusOfCode = map[string]int{
 	cluster.ErrShutdown.Code:    http.StatusServiceUnavailable,
 	cluster.ErrNotServer.Code:   http.StatusServiceUnavailable,
 	cluster.ErrTimeout.Code:     http.StatusGatewayTimeout,
+	cluster.ErrStorage.Code:     http.StatusServiceUnavailable,
 	fsm.ErrUnknownCommand.Code:  http.StatusInternalServerError,
 	cluster.ErrConfig.Code:      http.StatusInternalServerError,
 	wire.CodeInternal:           http.StatusInternalServerError,

@@ -30,6 +30,11 @@ var (
 	// ErrHostToken: with ACLs on, a host's inventory came without a token
 	// that may register it; the host is not registered.
 	ErrHostToken = &fsm.Error{Code: wire.CodePermissionDenied, Message: "host token may not register this host"}
+	// ErrStorage: this server could not write its Raft log, stable store
+	// or a snapshot (a full disk, a failed fsync). It is not ready and
+	// refuses reads of its replica, which may be behind, until a write
+	// succeeds again. Retryable on another node.
+	ErrStorage = &fsm.Error{Code: wire.CodeStorageFailed, Message: "this server cannot write its storage"}
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = &fsm.Error{Code: "bad_config", Message: "invalid configuration"}
 )

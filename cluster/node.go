@@ -464,6 +464,9 @@ func (n *Node) Status() Status {
 	} else {
 		s.Ready = s.KnownLeader && caughtUp && s.LastContact >= 0 && s.LastContact < 10*n.cfg.HeartbeatTimeout
 	}
+	if why := n.stores.health.failure(); why != "" {
+		s.Ready, s.Reason = false, why
+	}
 	return s
 }
 

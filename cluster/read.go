@@ -56,6 +56,10 @@ func (n *Node) Read(ctx context.Context, opts ReadOptions, fn func(*fsm.State)) 
 		if err := n.readBarrier(ctx); err != nil {
 			return ReadMeta{}, err
 		}
+	} else if err := n.stores.health.err(); err != nil {
+		// This replica may have stopped advancing when its log could
+		// not be written: it cannot vouch for a read.
+		return ReadMeta{}, err
 	}
 	applied, modified := n.fsm.Read(fn)
 	return n.readMeta(applied, modified), nil

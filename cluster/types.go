@@ -132,6 +132,9 @@ type Status struct {
 	// (within ReadyLag), and heard from the leader recently; a host has
 	// joined the gossip pool.
 	Ready bool `json:"ready"`
+	// Reason says why a server is not ready when it knows more than the
+	// fields above tell (its storage cannot be written).
+	Reason string `json:"reason,omitempty"`
 }
 
 // ReadyLag is how many committed entries a server may still have to apply
