@@ -286,7 +286,7 @@ func TestWireConstants(t *testing.T) {
 	codes := []string{
 		wire.CodeBadRequest, wire.CodeInvalid, wire.CodeBadSnapshot, wire.CodeNotFound, wire.CodeMethodNotAllowed,
 		wire.CodeConflict, wire.CodeNotActive, wire.CodeNoCapacity, wire.CodeRequestIDReused, wire.CodeBodyTooLarge, wire.CodeOverloaded,
-		wire.CodeNoLeader, wire.CodeNotLeader, wire.CodeShutdown, wire.CodeNotServer, wire.CodeTimeout,
+		wire.CodeNoLeader, wire.CodeNotLeader, wire.CodeShutdown, wire.CodeNotServer, wire.CodeTimeout, wire.CodeStorageFailed,
 		wire.CodeInternal, wire.CodeForbidden,
 	}
 	for code, status := range statusOfCode {
