@@ -23,7 +23,7 @@ func nodeStatusOf(st cluster.Status) wire.NodeStatus {
 	return wire.NodeStatus{
 		ID: st.ID, Server: st.Server, Host: st.Host, State: st.State, Leader: st.Leader,
 		KnownLeader: st.KnownLeader, LastContact: wire.Duration(st.LastContact), CommitIndex: st.CommitIndex,
-		AppliedIndex: st.AppliedIndex, Term: st.Term, Ready: st.Ready,
+		AppliedIndex: st.AppliedIndex, Term: st.Term, Ready: st.Ready, Reason: st.Reason,
 		Integrity: st.Integrity, Divergence: st.Divergence,
 	}
 }
@@ -144,6 +144,8 @@ func (s *Server) getReady(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case st.Integrity != "":
 		code, st.Reason = http.StatusServiceUnavailable, st.Integrity
+	case !st.Ready && st.Reason != "":
+		code = http.StatusServiceUnavailable
 	case !st.Ready:
 		code, st.Reason = http.StatusServiceUnavailable, "the node is not ready: no leader known, or not caught up"
 	case s.opts.Ready != nil && !s.opts.Ready():

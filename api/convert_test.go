@@ -287,7 +287,7 @@ func TestWireConstants(t *testing.T) {
 		wire.CodeBadRequest, wire.CodeInvalid, wire.CodeBadSnapshot, wire.CodeNotFound, wire.CodeMethodNotAllowed,
 		wire.CodeConflict, wire.CodeNotActive, wire.CodeNoCapacity, wire.CodeRequestIDReused, wire.CodeBodyTooLarge, wire.CodeOverloaded,
 		wire.CodeNoLeader, wire.CodeNotLeader, wire.CodeShutdown, wire.CodeNotServer, wire.CodeTimeout,
-		wire.CodeInternal, wire.CodeForbidden, wire.CodeReplicaFailed,
+		wire.CodeInternal, wire.CodeForbidden, wire.CodeReplicaFailed, wire.CodeStorageFailed,
 	}
 	for code, status := range statusOfCode {
 		if !slices.Contains(codes, code) && status != http.StatusInternalServerError {

@@ -66,6 +66,7 @@ var statusOfCode = map[string]int{
 	cluster.ErrConfig.Code:        http.StatusInternalServerError,
 	wire.CodeInternal:             http.StatusInternalServerError,
 	wire.CodeForbidden:            http.StatusForbidden,
+	cluster.ErrStorage.Code:       http.StatusServiceUnavailable,
 }
 
 // errorBody turns any error into its status and JSON body.

@@ -102,6 +102,9 @@ var (
 	// ErrTimeout: the request ran out of time and the outcome of a write
 	// is unknown; send it again with the same request ID. Retryable.
 	ErrTimeout = sentinel(wire.CodeTimeout, "timed out; outcome unknown")
+	// ErrStorage: the server cannot write its storage (a full disk) and
+	// does not answer from its replica. Retryable on another node.
+	ErrStorage = sentinel(wire.CodeStorageFailed, "server cannot write its storage")
 	// ErrInternal: a bug on the server.
 	ErrInternal = sentinel(wire.CodeInternal, "internal error")
 	// ErrLeaseLost: a LeaseRenewer could not keep the lease (the

@@ -33,6 +33,13 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if fsm.RequestIDOf(cmd) == "" {
 		fsm.SetRequestID(cmd, uuid.NewString())
 	}
+	if a, ok := cmd.(*fsm.Allocate); ok && a.AllocationID == "" {
+		// Drawn here, once, not from the log index: a restored snapshot
+		// holds allocations of another cluster's indexes. A retry of this
+		// call keeps the ID; a retry through another node draws another,
+		// and the request-ID cache still answers it with the first.
+		a.AllocationID = uuid.NewString()
+	}
 	var (
 		failingSince time.Time
 		unknown      bool // an attempt may have been applied
@@ -104,6 +111,13 @@ func (n *Node) applyOnce(ctx context.Context, cmd fsm.Command) (res fsm.Result, 
 	defer cancel()
 	resp, err := n.rpc.Apply(n.toServer(fctx, leaderID), target, transport.ApplyRequest{Command: data, LeaderOnly: n.raft != nil})
 	if err != nil {
+		if leaderID != "" && ctx.Err() == nil && errors.Is(fctx.Err(), context.DeadlineExceeded) {
+			// The leader this node still believes in did not answer in
+			// RequestTimeout: answer now (the caller retries with the
+			// same request ID) rather than hold the caller while it is
+			// frozen or cut off.
+			return res, clusterErr(ErrTimeout, fmt.Sprintf("the leader %s did not answer within %v", leaderID, n.forwardTimeout())), false, true
+		}
 		if errors.Is(err, transport.ErrUnreachable) {
 			if ctx.Err() != nil {
 				return res, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err()), false, true
@@ -119,11 +133,16 @@ func (n *Node) applyOnce(ctx context.Context, cmd fsm.Command) (res fsm.Result, 
 	return resp.Result(), nil, false, false
 }
 
-// forwardCtx bounds one call to another node by RPCTimeout and, when the
-// call goes to the leader, ends it as soon as this node sees another leader
-// (or none): a frozen or cut-off leader does not hold the call.
+// forwardTimeout bounds one forwarded write or read index.
+func (n *Node) forwardTimeout() time.Duration { return min(n.cfg.RPCTimeout, n.cfg.RequestTimeout) }
+
+// forwardCtx bounds one call to another node by RequestTimeout (at most
+// RPCTimeout) and, when the call goes to the leader, ends it as soon as
+// this node sees another leader (or none): a frozen or cut-off leader does
+// not hold the call. An end by a leader change is a cancel; one by the
+// deadline is context.DeadlineExceeded.
 func (n *Node) forwardCtx(ctx context.Context, leaderID string) (context.Context, context.CancelFunc) {
-	fctx, cancel := context.WithTimeout(ctx, n.cfg.RPCTimeout)
+	fctx, cancel := context.WithTimeout(ctx, n.forwardTimeout())
 	if n.raft == nil || leaderID == "" {
 		return fctx, cancel
 	}

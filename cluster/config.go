@@ -117,6 +117,13 @@ type Config struct {
 	// index); a forwarded call also ends early when the leader changes. A
 	// write that timed out is retried with its request ID.
 	RPCTimeout time.Duration
+	// RequestTimeout is the server-side deadline of a wait on the leader:
+	// one forwarded write, one read index, and catching up to a read
+	// index. A leader that does not answer in time (frozen, cut off) gets
+	// the caller a retryable ErrTimeout (504) instead of a hang; a leader
+	// change seen meanwhile ends the wait at once and the write is retried
+	// with the new leader. Default 2 x ElectionTimeout.
+	RequestTimeout time.Duration
 
 	// GossipProbeInterval and GossipSuspicionMult tune failure detection
 	// (memberlist LAN defaults when zero: 1s and 4).
@@ -187,6 +194,7 @@ func (c *Config) fillDefaults() {
 	def(&c.HostDownGrace, 30*time.Second)
 	def(&c.NoLeaderHold, 5*time.Second)
 	def(&c.RPCTimeout, 5*time.Second)
+	def(&c.RequestTimeout, 2*c.ElectionTimeout)
 	def(&c.InventoryInterval, 30*time.Second)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192

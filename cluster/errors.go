@@ -35,6 +35,11 @@ var (
 	// hash differs from the other servers' (integrity.go). It answers no
 	// reads. Retryable on another node.
 	ErrReplicaFailed = &fsm.Error{Code: wire.CodeReplicaFailed, Message: "this server's replica failed its integrity check"}
+	// ErrStorage: this server could not write its Raft log, stable store
+	// or a snapshot (a full disk, a failed fsync). It is not ready and
+	// refuses reads of its replica, which may be behind, until a write
+	// succeeds again. Retryable on another node.
+	ErrStorage = &fsm.Error{Code: wire.CodeStorageFailed, Message: "this server cannot write its storage"}
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = &fsm.Error{Code: "bad_config", Message: "invalid configuration"}
 )

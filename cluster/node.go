@@ -53,6 +53,7 @@ type Node struct {
 	raftTrans    *commitBoundTransport
 	stores       *raftStores
 	leaderNotify chan bool
+	raftDone     chan struct{} // closed when Raft has shut down
 	// leaderReady is set while this node leads and has applied its first
 	// command of the term (the barrier): then its commit index covers every
 	// entry of earlier terms, and reads and duties may start.
@@ -62,6 +63,9 @@ type Node struct {
 
 	rpcSrv *transport.RPCServer
 	rpc    *transport.RPCClient
+
+	// dirLock is held on DataDir while the node runs (datadir.go).
+	dirLock *dataDirLock
 
 	ml      *memberlist.Memberlist
 	members *members
@@ -123,6 +127,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 	}()
 
+	if n.cfg.DataDir != "" {
+		if n.dirLock, err = lockDataDir(n.cfg.DataDir); err != nil {
+			return err
+		}
+	}
 	if n.cfg.Inventory != nil {
 		if err := n.refreshInventory(); err != nil {
 			return err
@@ -476,6 +485,9 @@ func (n *Node) Status() Status {
 	} else {
 		s.Ready = s.KnownLeader && caughtUp && s.LastContact >= 0 && s.LastContact < 10*n.cfg.HeartbeatTimeout
 	}
+	if why := n.stores.health.failure(); why != "" {
+		s.Ready, s.Reason = false, why
+	}
 	return s
 }
 
@@ -597,7 +609,9 @@ func (n *Node) shutdown(ctx context.Context, transfer bool, leave time.Duration)
 	started := n.started
 	n.mu.Unlock()
 	if started && transfer && n.raft != nil {
-		n.transferLeadership(ctx)
+		tctx, cancel := context.WithTimeout(ctx, transferTimeout)
+		n.transferLeadership(tctx)
+		cancel()
 	}
 	if started && n.ml != nil {
 		if err := n.ml.Leave(leave); err != nil {
@@ -633,14 +647,12 @@ func (n *Node) closeAll(ctx context.Context) error {
 		_ = n.rpcSrv.Shutdown(sctx)
 		cancel()
 	}
-	n.wg.Wait()
+	if !waitTimeout(n.wg.Wait, loopsStopTimeout) {
+		n.log.Error("shutdown: background loops did not stop in time; going on without them", "waited", loopsStopTimeout)
+	}
+	raftStopped := true
 	if n.raft != nil {
-		n.raftMu.Lock()
-		n.raftClosed = true
-		n.raftMu.Unlock()
-		if err := n.raft.Shutdown().Error(); err != nil {
-			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
-		}
+		raftStopped = n.shutdownRaft()
 	}
 	if n.ml != nil {
 		if err := n.ml.Shutdown(); err != nil {
@@ -651,11 +663,74 @@ func (n *Node) closeAll(ctx context.Context) error {
 		n.raftTrans.CloseStreams()
 		n.raftTrans.Close()
 	}
+	if !raftStopped {
+		// The transport is closed now, which ends Raft's network waits;
+		// give it one more moment.
+		raftStopped = waitTimeout(func() { <-n.raftDone }, time.Second)
+	}
+	if !raftStopped {
+		// Its store stays open and the data directory locked: the
+		// process is expected to exit.
+		n.log.Error("shutdown: raft did not stop; leaving its store open and the data directory locked")
+		errs = append(errs, clusterErr(ErrTimeout, "raft did not stop within the shutdown deadline"))
+		n.rpc.Close()
+		return errors.Join(errs...)
+	}
 	if err := n.stores.close(); err != nil {
 		errs = append(errs, fmt.Errorf("close raft store: %w", err))
 	}
 	n.rpc.Close()
+	n.dirLock.release()
 	return errors.Join(errs...)
+}
+
+// Bounds of the steps of a shutdown, so that it ends within 10 s
+// whatever Raft is doing: the leadership transfer, the background loops,
+// and Raft's own shutdown (whose future waits for every Raft goroutine,
+// some of which may wait on a peer that does not answer).
+const (
+	transferTimeout     = 2 * time.Second
+	loopsStopTimeout    = time.Second
+	raftShutdownTimeout = 3 * time.Second
+)
+
+// shutdownRaft stops Raft within raftShutdownTimeout and reports whether
+// it stopped. It first takes raftMu (see raftCall), so no operation is
+// left unanswered; a wait that does not end is cut short and logged.
+func (n *Node) shutdownRaft() bool {
+	n.raftDone = make(chan struct{})
+	go func() {
+		defer close(n.raftDone)
+		n.raftMu.Lock()
+		n.raftClosed = true
+		n.raftMu.Unlock()
+		if err := n.raft.Shutdown().Error(); err != nil {
+			n.log.Warn("raft shutdown", "error", err)
+		}
+	}()
+	if waitTimeout(func() { <-n.raftDone }, raftShutdownTimeout) {
+		return true
+	}
+	n.log.Error("shutdown: raft did not stop in time; closing its transport to cut it short", "waited", raftShutdownTimeout)
+	return false
+}
+
+// waitTimeout runs wait and reports whether it returned within d. A wait
+// that does not return is left running.
+func waitTimeout(wait func(), d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // raftCall issues a Raft operation and waits for its answer within ctx.

@@ -22,6 +22,7 @@ type raftStores struct {
 	stable raft.StableStore
 	snaps  raft.SnapshotStore
 	bolt   *raftboltdb.BoltStore // nil in memory
+	health *storeHealth          // nil in memory
 }
 
 func (n *Node) openStores() (*raftStores, error) {
@@ -60,12 +61,14 @@ func (n *Node) openStores() (*raftStores, error) {
 		return nil, damaged(dir, err)
 	}
 	n.log.Debug("raft state on disk checked", "path", dir, "took", time.Since(start))
-	logs, err := raft.NewLogCache(512, bolt)
+	// Writes are watched for failures (a full disk): storehealth.go.
+	h := newStoreHealth(n.log.Named("store"))
+	logs, err := raft.NewLogCache(512, healthLogStore{bolt, h})
 	if err != nil {
 		bolt.Close()
 		return nil, err
 	}
-	return &raftStores{logs: logs, stable: bolt, snaps: snaps, bolt: bolt}, nil
+	return &raftStores{logs: logs, stable: healthStableStore{bolt, h}, snaps: healthSnapshotStore{snaps, h}, bolt: bolt, health: h}, nil
 }
 
 func (s *raftStores) close() error {

@@ -59,6 +59,10 @@ func (n *Node) Read(ctx context.Context, opts ReadOptions, fn func(*fsm.State)) 
 		if err := n.readBarrier(ctx); err != nil {
 			return ReadMeta{}, err
 		}
+	} else if err := n.stores.health.err(); err != nil {
+		// This replica may have stopped advancing when its log could
+		// not be written: it cannot vouch for a read.
+		return ReadMeta{}, err
 	}
 	applied, modified := n.fsm.Read(fn)
 	return n.readMeta(applied, modified), nil
@@ -81,10 +85,21 @@ func (n *Node) readBarrier(ctx context.Context) error {
 	for {
 		idx, err := n.readIndex(ctx)
 		if err == nil {
-			if err := n.fsm.WaitApplied(ctx, idx); err != nil {
+			wctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+			err := n.fsm.WaitApplied(wctx, idx)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					applied, _ := n.fsm.Indexes()
+					return clusterErr(ErrTimeout, fmt.Sprintf("this node did not catch up to the read index %d within %v (applied %d)", idx, n.cfg.RequestTimeout, applied))
+				}
 				return fmt.Errorf("%w: %w", ErrTimeout, err)
 			}
 			return nil
+		}
+		if errors.Is(err, ErrTimeout) && ctx.Err() == nil {
+			// The leader did not answer within RequestTimeout.
+			return err
 		}
 		if !IsRetryable(err) || errors.Is(err, ErrShutdown) && n.running() != nil {
 			return err
@@ -114,6 +129,9 @@ func (n *Node) readIndex(ctx context.Context) (uint64, error) {
 	fctx, cancel := n.forwardCtx(ctx, l.ID)
 	defer cancel()
 	idx, err := n.rpc.ReadIndex(n.toServer(fctx, l.ID), l.RPCAddr)
+	if err != nil && ctx.Err() == nil && errors.Is(fctx.Err(), context.DeadlineExceeded) {
+		return 0, clusterErr(ErrTimeout, fmt.Sprintf("the leader %s did not answer a read index within %v", l.ID, n.forwardTimeout()))
+	}
 	if errors.Is(err, transport.ErrUnreachable) {
 		return 0, clusterErr(ErrNoLeader, err.Error())
 	}
@@ -132,7 +150,9 @@ func (n *Node) leaderReadIndex(ctx context.Context) (uint64, error) {
 		return 0, clusterErr(ErrNoLeader, "the leader has not applied its barrier yet")
 	}
 	idx := n.raft.CommitIndex()
-	if err := n.raftCall(ctx, n.raft.VerifyLeader); err != nil {
+	vctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
+	defer cancel()
+	if err := n.raftCall(vctx, n.raft.VerifyLeader); err != nil {
 		return 0, mapRaftErr(err)
 	}
 	return idx, nil

@@ -33,9 +33,6 @@ func markMember(dataDir string) error {
 	return os.WriteFile(p, []byte("this server has been part of a dmsc cluster: it never bootstraps a new one\n"), 0o600)
 }
 
-// ErrDataDirInUse: an agent runs on the data directory.
-var ErrDataDirInUse = errors.New("the data directory is in use by a running agent")
-
 // ResyncDataDir moves a stopped server's Raft state (DataDir/raft: the log
 // store and the snapshots) aside to DataDir/raft.corrupt-<time> and marks
 // the directory as a cluster member's, keeping the node's identity and
@@ -43,6 +40,11 @@ var ErrDataDirInUse = errors.New("the data directory is in use by a running agen
 // bootstraps, and is added back by the leader as a non-voter that catches
 // up from a snapshot. It returns where the old state went.
 func ResyncDataDir(dataDir string, now time.Time) (string, error) {
+	lock, err := lockDataDir(dataDir) // the agent holds it while it runs
+	if err != nil {
+		return "", err
+	}
+	defer lock.release()
 	raftDir := filepath.Join(dataDir, "raft")
 	if _, err := os.Stat(raftDir); err != nil {
 		return "", fmt.Errorf("no Raft state to move aside: %w", err)

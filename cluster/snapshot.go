@@ -44,17 +44,19 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	if len(data) > transport.MaxRestoreBytes {
 		return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: "snapshot larger than the restore limit"}
 	}
-	body, _, _ := SplitRaftSnapshot(data)
-	if _, err := fsm.Restore(bytes.NewReader(body)); err != nil {
+	body, floor, err := checkSnapshot(data)
+	if err != nil {
 		return err
 	}
 	start := time.Now()
 	for {
 		var err error
 		if n.IsLeader() {
-			err = n.restoreLocal(ctx, body)
+			err = n.restoreLocal(ctx, body, floor)
 		} else if l, ok := n.Leader(); ok && l.RPCAddr != "" && l.ID != n.cfg.NodeID {
-			err = n.rpc.Restore(n.toServer(ctx, l.ID), l.RPCAddr, bytes.NewReader(body))
+			// The whole snapshot, header included: the leader reads the
+			// index floor from it too.
+			err = n.rpc.Restore(n.toServer(ctx, l.ID), l.RPCAddr, bytes.NewReader(data))
 		} else {
 			err = clusterErr(ErrNoLeader, "no leader known")
 		}
@@ -67,27 +69,52 @@ func (n *Node) SnapshotRestore(ctx context.Context, r io.Reader) error {
 	}
 }
 
+// checkSnapshot decodes a snapshot (a State snapshot, with or without
+// RaftFSM's header) and returns the State part and the highest log index
+// it records: the index of the last command the saved state applied, or
+// the header's indexes when higher.
+func checkSnapshot(data []byte) (body []byte, floor uint64, err error) {
+	body, applied, modified := SplitRaftSnapshot(data)
+	st, err := fsm.Restore(bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	return body, max(st.LastIndex(), applied, modified), nil
+}
+
+// restoreSkip is how far past max(floor, last index) a restore places the
+// snapshot's index, so that entries the leader appends between reading its
+// last index and Raft taking the snapshot cannot move it.
+const restoreSkip = 64
+
 // restoreLocal has Raft take the snapshot as the new state (it then sends
 // it to the followers), and applies a tick so that the applied index passes
 // the entries Raft adds around the restore.
-func (n *Node) restoreLocal(ctx context.Context, body []byte) error {
+//
+// The snapshot takes an index above both this cluster's last index and
+// floor, the highest index the saved state knew: hashicorp/raft places a
+// user snapshot at max(meta.Index, last index)+1 and leaves a hole in the
+// log below it. So indexes (X-Dmsc-Index, create and modify indexes,
+// blocking queries' ?index) never go back across a restore, even into a
+// fresh cluster whose log is shorter than the one the snapshot came from.
+func (n *Node) restoreLocal(ctx context.Context, body []byte, floor uint64) error {
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
-	next := n.raft.LastIndex() + 1
+	at := max(floor, n.raft.LastIndex()) + restoreSkip
 	var b bytes.Buffer
-	WriteRaftSnapshotHeader(&b, next, next)
+	WriteRaftSnapshotHeader(&b, at, at)
 	b.Write(body)
 	timeout := 30 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(b.Len())}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: at - 1, Size: int64(b.Len())}
 	err := n.raftCall(ctx, func() raft.Future { return doneFuture{n.raft.Restore(meta, &b, timeout)} })
 	if err != nil {
 		return mapRaftErr(err)
 	}
-	n.log.Info("state restored from a snapshot", "bytes", len(body))
+	n.log.Info("state restored from a snapshot", "bytes", len(body), "index", at, "saved_index", floor)
 	_, err = n.applyLeader(ctx, &fsm.Tick{})
 	return err
 }
@@ -106,8 +133,9 @@ func (n *Node) RPCRestore(ctx context.Context, snapshot io.Reader) error {
 	if err != nil {
 		return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: "read snapshot: " + err.Error()}
 	}
-	if _, err := fsm.Restore(bytes.NewReader(data)); err != nil {
+	body, floor, err := checkSnapshot(data)
+	if err != nil {
 		return err
 	}
-	return n.restoreLocal(ctx, data)
+	return n.restoreLocal(ctx, body, floor)
 }

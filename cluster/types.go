@@ -142,6 +142,9 @@ type Status struct {
 	// Divergence describes the newest state hash mismatch this server has
 	// seen between servers (itself or others); empty when none.
 	Divergence string `json:"divergence,omitempty"`
+	// Reason says why a server is not ready when it knows more than the
+	// fields above tell (its storage cannot be written).
+	Reason string `json:"reason,omitempty"`
 }
 
 // ReadyLag is how many committed entries a server may still have to apply

@@ -84,4 +84,5 @@ server {
   host_down_grace   = "30s"  # a host gone this long is marked down
   dead_server_grace = "10m"  # a failed server gone this long leaves the Raft configuration
   no_leader_hold    = "5s"   # a write waits this long for a leader
+  request_timeout   = "1s"   # and this long for a leader that does not answer (2x election_timeout)
 }

@@ -79,8 +79,11 @@ type SetDeviceStatus struct {
 	Status   DeviceStatus `json:"status"`
 }
 
-// Allocate asks for devices. AllocationID may be given (a UUID); otherwise
-// one is derived from the log index.
+// Allocate asks for devices. AllocationID is the new allocation's ID, a
+// random UUID drawn by the node that took the request (cluster.Node.Apply),
+// so IDs stay unique across snapshot restores and differ between clusters.
+// An entry without one (older logs, tests, replays) gets an ID derived from
+// its log index.
 type Allocate struct {
 	Meta
 	AllocationID string  `json:"allocation_id,omitempty"`
@@ -250,13 +253,23 @@ func Decode(b []byte) (Command, error) {
 
 // commandDigest identifies a command for the request-ID check: its type
 // and payload, without the leader's time and the request ID itself, so a
-// retry of the same request matches and another request does not.
+// retry of the same request matches and another request does not. An
+// Allocate's allocation ID is left out too: the node that takes a request
+// draws it, so a retry through another node carries another one, and
+// must still get the first answer. (Entries without an ID hash as before.)
 func commandDigest(c Command) string {
 	m := c.meta()
 	saved := *m
 	m.Time, m.RequestID = 0, ""
+	var allocID string
+	if a, ok := c.(*Allocate); ok {
+		allocID, a.AllocationID = a.AllocationID, ""
+	}
 	payload, err := json.Marshal(c)
 	*m = saved
+	if a, ok := c.(*Allocate); ok {
+		a.AllocationID = allocID
+	}
 	if err != nil {
 		// Unencodable (NaN, ±Inf): validation refuses the command anyway.
 		return ""

@@ -75,6 +75,10 @@ const (
 	// CodeTimeout: the request ran out of time; the outcome of a write is
 	// unknown. Retryable with the same request ID.
 	CodeTimeout = "timeout"
+	// CodeStorageFailed: the server cannot write its storage (a full
+	// disk, a failed fsync) and refuses to answer from a replica it
+	// cannot vouch for. Retryable on another node.
+	CodeStorageFailed = "storage_failed"
 	// CodeInternal: a bug on the server.
 	CodeInternal = "internal"
 	// CodeForbidden: the caller is known but may not do this (a node
@@ -103,11 +107,11 @@ const (
 // RetryableCode reports whether an error with this code may succeed if
 // the same request is sent again, with the same request ID: to this node
 // after a pause, or to another node. These are overloaded, no_leader,
-// not_leader, shutdown, not_server, replica_failed and timeout; the server sets
-// Error.Retryable from this list.
+// not_leader, shutdown, not_server, replica_failed, timeout and storage_failed; the
+// server sets Error.Retryable from this list.
 func RetryableCode(code string) bool {
 	switch code {
-	case CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown, CodeNotServer, CodeTimeout, CodeReplicaFailed:
+	case CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown, CodeNotServer, CodeTimeout, CodeReplicaFailed, CodeStorageFailed:
 		return true
 	}
 	return false

@@ -38,8 +38,8 @@ func TestDuration(t *testing.T) {
 func TestRetryableCodes(t *testing.T) {
 	all := []string{CodeBadRequest, CodeInvalid, CodeBadSnapshot, CodeNotFound, CodeMethodNotAllowed, CodeConflict,
 		CodeNotActive, CodeNoCapacity, CodeRequestIDReused, CodeBodyTooLarge, CodeOverloaded, CodeNoLeader, CodeNotLeader, CodeShutdown,
-		CodeNotServer, CodeTimeout, CodeInternal, CodeForbidden, CodeReplicaFailed, "lease_lost", ""}
-	retryable := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotLeader: true, CodeShutdown: true, CodeNotServer: true, CodeTimeout: true, CodeReplicaFailed: true}
+		CodeNotServer, CodeTimeout, CodeInternal, CodeForbidden, CodeReplicaFailed, CodeStorageFailed, "lease_lost", ""}
+	retryable := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotLeader: true, CodeShutdown: true, CodeNotServer: true, CodeTimeout: true, CodeReplicaFailed: true, CodeStorageFailed: true}
 	notApplied := map[string]bool{CodeOverloaded: true, CodeNoLeader: true, CodeNotServer: true, CodeReplicaFailed: true}
 	for _, code := range all {
 		if got := RetryableCode(code); got != retryable[code] {

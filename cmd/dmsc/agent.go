@@ -26,8 +26,23 @@ import (
 )
 
 // shutdownTimeout bounds the graceful part of a shutdown (leadership
-// transfer, leaving gossip, draining HTTP requests).
-const shutdownTimeout = 15 * time.Second
+// transfer, leaving gossip, draining HTTP requests). The node bounds each
+// of its own steps too (cluster.Node.Shutdown), and shutdownWatchdog ends
+// the process when the whole shutdown has not finished in
+// shutdownHardLimit: an agent always exits within 10 s of SIGTERM.
+const (
+	shutdownTimeout   = 8 * time.Second
+	shutdownHardLimit = 9500 * time.Millisecond
+)
+
+// shutdownWatchdog exits the process with status 1 if it has not ended
+// shutdownHardLimit after the call.
+func shutdownWatchdog() {
+	time.AfterFunc(shutdownHardLimit, func() {
+		fmt.Fprintf(os.Stderr, "dmsc agent: shutdown did not finish within %v; exiting without it\n", shutdownHardLimit)
+		os.Exit(1)
+	})
+}
 
 // devLeaderTimeout bounds how long the dev agent waits to elect itself.
 const devLeaderTimeout = time.Minute
@@ -106,7 +121,13 @@ func (c *agentCommand) Run(args []string) int {
 	tuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := runAgent(ctx, stop, cfg, os.Stderr); err != nil {
+	// Once shutdown begins, a second signal ends the process at once and
+	// the watchdog ends it if the shutdown overruns.
+	stopSignals := func() {
+		stop()
+		shutdownWatchdog()
+	}
+	if err := runAgent(ctx, stopSignals, cfg, os.Stderr); err != nil {
 		c.ui.Error("dmsc agent: " + err.Error())
 		return 1
 	}

@@ -90,6 +90,7 @@ type Config struct {
 	StabilizationTime  time.Duration
 	HostDownGrace      time.Duration
 	NoLeaderHold       time.Duration
+	RequestTimeout     time.Duration
 
 	GossipProbeInterval time.Duration
 	GossipSuspicionMult int
@@ -325,6 +326,7 @@ func (c *Config) ClusterConfig(dataDir string, inventory cluster.InventoryFunc, 
 		ServerStabilization: c.StabilizationTime,
 		HostDownGrace:       c.HostDownGrace,
 		NoLeaderHold:        c.NoLeaderHold,
+		RequestTimeout:      c.RequestTimeout,
 		GossipProbeInterval: c.GossipProbeInterval,
 		GossipSuspicionMult: c.GossipSuspicionMult,
 		EncryptKey:          c.encryptKey(),

@@ -77,6 +77,7 @@ type serverBlock struct {
 	StabilizationTime  *string `hcl:"stabilization_time,optional"`
 	HostDownGrace      *string `hcl:"host_down_grace,optional"`
 	NoLeaderHold       *string `hcl:"no_leader_hold,optional"`
+	RequestTimeout     *string `hcl:"request_timeout,optional"`
 }
 
 type gossipBlock struct {

@@ -60,6 +60,7 @@ var Settings = []Setting{
 	{"server-stabilization-time", "DMSC_SERVER_STABILIZATION_TIME", "server.stabilization_time", "how long a new server must stay healthy as a non-voter before it is made a voter", func(c *Config) any { return &c.StabilizationTime }},
 	{"host-down-grace", "DMSC_HOST_DOWN_GRACE", "server.host_down_grace", "how long a host may be gone before it is marked down", func(c *Config) any { return &c.HostDownGrace }},
 	{"no-leader-hold", "DMSC_NO_LEADER_HOLD", "server.no_leader_hold", "how long a write waits for a leader before a retryable error", func(c *Config) any { return &c.NoLeaderHold }},
+	{"request-timeout", "DMSC_REQUEST_TIMEOUT", "server.request_timeout", "how long a server waits on a leader that does not answer (a forwarded write, a read index) before a retryable 504; default 2x the election timeout", func(c *Config) any { return &c.RequestTimeout }},
 
 	{"gossip-probe-interval", "DMSC_GOSSIP_PROBE_INTERVAL", "gossip.probe_interval", "gossip failure-detection probe interval", func(c *Config) any { return &c.GossipProbeInterval }},
 	{"gossip-suspicion-mult", "DMSC_GOSSIP_SUSPICION_MULT", "gossip.suspicion_mult", "gossip suspicion multiplier", func(c *Config) any { return &c.GossipSuspicionMult }},
