@@ -17,7 +17,7 @@ import (
 // TTL; and that a token deleted on the servers is gone for it after the
 // TTL.
 func TestHostResolvesTokens(t *testing.T) {
-	const ttl = 1500 * time.Millisecond
+	const ttl = 2 * time.Second
 	tc := newTestCluster(t, func(c *Config) {
 		c.ACLEnabled = true
 		c.ACLTokenTTL, c.ACLTokenNegativeTTL = ttl, 200*time.Millisecond
@@ -45,7 +45,9 @@ func TestHostResolvesTokens(t *testing.T) {
 	if _, err := host.Read(ctx, ReadOptions{}, func(*fsm.State) {}); !errors.Is(err, ErrNotServer) {
 		t.Fatalf("a host read: %v, want not_server", err)
 	}
+	var resolvedAt time.Time // before the answer the host keeps was asked for
 	poll(t, 15*time.Second, "the host resolves the token", func() error {
+		resolvedAt = time.Now()
 		tok, authz, found, err = host.ResolveToken(ctx, hash)
 		switch {
 		case err != nil:
@@ -92,8 +94,12 @@ func TestHostResolvesTokens(t *testing.T) {
 	if _, _, found, _ := leader.ResolveToken(ctx, hash); found {
 		t.Fatal("the server still resolves a deleted token")
 	}
-	if _, _, found, err := host.ResolveToken(ctx, hash); err != nil || !found {
-		t.Fatalf("the host asked again within the TTL: found %t, %v", found, err)
+	if within := time.Since(resolvedAt) < ttl; within {
+		if _, _, found, err := host.ResolveToken(ctx, hash); err != nil || !found {
+			t.Fatalf("the host asked again within the TTL: found %t, %v", found, err)
+		}
+	} else {
+		t.Log("the TTL passed before the delete; the cache hit is not checked")
 	}
 	poll(t, 3*ttl, "the deleted token gone on the host", func() error {
 		if _, _, found, err := host.ResolveToken(ctx, hash); err != nil || found {
