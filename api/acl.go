@@ -20,7 +20,8 @@ import (
 // The ACL check. With Options.ACLEnabled every request is checked, before
 // its handler runs, against its route's capability: the token is read
 // from X-Dmsc-Token or "Authorization: Bearer <secret>" (none is the
-// anonymous token), looked up by its SHA-256 in the local replica, and
+// anonymous token), looked up by its SHA-256 (Backend.ResolveToken: in
+// the local replica on a server, through a server on a host agent), and
 // its policies must grant the capability. Allocation routes are checked
 // in the request's namespace. The caller (accessor, namespace) is put in
 // the request's context for the handlers and the audit log.
@@ -159,30 +160,15 @@ func tokenSecret(r *http.Request) string {
 // hashSecret is what the state keeps of a secret: its SHA-256 in hex.
 func hashSecret(secret string) string { return fsm.HashACLSecret(secret) }
 
-// resolveToken finds the request's token in the local replica: an
-// unknown or expired secret is 401 unauthorized; no secret is the
-// anonymous token.
+// resolveToken finds the request's token: in the local replica on a
+// server, through a server (cached by the node) on a host. An unknown or
+// expired secret is 401 unauthorized; no secret is the anonymous token.
 func (s *Server) resolveToken(r *http.Request) (fsm.ACLToken, *fsm.Authorizer, error) {
-	secret := tokenSecret(r)
 	var hash string
-	if secret != "" {
+	if secret := tokenSecret(r); secret != "" {
 		hash = hashSecret(secret)
 	}
-	var (
-		tok   fsm.ACLToken
-		ok    bool
-		authz *fsm.Authorizer
-	)
-	_, err := s.b.Read(r.Context(), cluster.ReadOptions{}, func(st *fsm.State) {
-		if secret == "" {
-			tok, ok = st.ACLToken(fsm.AnonymousAccessorID)
-		} else {
-			tok, ok = st.ACLTokenBySecretHash(hash)
-		}
-		if ok {
-			authz = st.Authorizer(tok)
-		}
-	})
+	tok, authz, ok, err := s.b.ResolveToken(r.Context(), hash)
 	switch {
 	case err != nil:
 		return tok, nil, err
@@ -195,8 +181,8 @@ func (s *Server) resolveToken(r *http.Request) (fsm.ACLToken, *fsm.Authorizer, e
 }
 
 // accessorOf names the token a request carries for the audit log: its
-// accessor, "anonymous" for none, "unknown" for a secret the replica does
-// not know.
+// accessor, "anonymous" for none, "unknown" for a secret no token has
+// (or that could not be resolved).
 func (s *Server) accessorOf(r *http.Request) string {
 	tok, _, _ := s.resolveToken(r)
 	if tok.AccessorID == "" {

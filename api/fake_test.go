@@ -41,6 +41,11 @@ type fakeBackend struct {
 	applies int
 	leader  bool
 	removed []string
+	// host makes the fake a host agent: reads answer not_server, and
+	// tokens are resolved as a host resolves them, from the token and
+	// its policies a server sends (counted in resolves).
+	host     bool
+	resolves int
 }
 
 func newFake() *fakeBackend {
@@ -96,6 +101,12 @@ func (b *fakeBackend) advance(t *testing.T, d time.Duration) {
 }
 
 func (b *fakeBackend) Read(ctx context.Context, opts cluster.ReadOptions, fn func(*fsm.State)) (cluster.ReadMeta, error) {
+	b.mu.Lock()
+	host := b.host
+	b.mu.Unlock()
+	if host {
+		return cluster.ReadMeta{}, cluster.ErrNotServer
+	}
 	if opts.MinIndex > 0 {
 		wait := opts.Wait
 		if wait <= 0 {
@@ -119,6 +130,33 @@ func (b *fakeBackend) Read(ctx context.Context, opts cluster.ReadOptions, fn fun
 		m.LastContact = -1
 	}
 	return m, nil
+}
+
+func (b *fakeBackend) ResolveToken(ctx context.Context, hash string) (tok fsm.ACLToken, authz *fsm.Authorizer, found bool, err error) {
+	b.mu.Lock()
+	host := b.host
+	b.resolves++
+	b.mu.Unlock()
+	var pols []fsm.ACLPolicy
+	b.f.Read(func(st *fsm.State) {
+		if hash == "" {
+			tok, found = st.ACLToken(fsm.AnonymousAccessorID)
+		} else {
+			tok, found = st.ACLTokenBySecretHash(hash)
+		}
+		switch {
+		case !found:
+		case host:
+			pols = st.ACLTokenPolicies(tok)
+		default:
+			authz = st.Authorizer(tok)
+		}
+	})
+	if found && host {
+		tok.SecretHash = "" // as the node RPC answers it
+		authz = fsm.NewAuthorizer(tok, pols)
+	}
+	return tok, authz, found, nil
 }
 
 func (b *fakeBackend) Members() []cluster.Member {

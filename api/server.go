@@ -24,6 +24,10 @@ import (
 type Backend interface {
 	Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	Read(ctx context.Context, opts cluster.ReadOptions, fn func(*fsm.State)) (cluster.ReadMeta, error)
+	// ResolveToken finds an ACL token by its secret's hash ("" for the
+	// anonymous token) and what it may do: from the replica on a server,
+	// through a server (cached) on a host.
+	ResolveToken(ctx context.Context, secretHash string) (fsm.ACLToken, *fsm.Authorizer, bool, error)
 	Members() []cluster.Member
 	Leader() (cluster.LeaderInfo, bool)
 	RaftConfiguration() (cluster.RaftConfiguration, error)

@@ -150,6 +150,13 @@ type Config struct {
 	ACLEnabled bool
 	// ACLToken is this node's own token secret, sent with its inventory.
 	ACLToken string
+	// ACLTokenTTL is how long a node without a replica (a host) keeps a
+	// token it resolved through a server (ResolveToken), and
+	// ACLTokenNegativeTTL how long it keeps an answer that no such token
+	// exists. A token deleted or changed on the servers is seen by a host
+	// within ACLTokenTTL.
+	ACLTokenTTL         time.Duration
+	ACLTokenNegativeTTL time.Duration
 
 	// TLS, when set, secures Raft and the node RPC with the cluster's
 	// certificates (see DESIGN.md, "TLS"): both ports speak TLS only,
@@ -196,6 +203,8 @@ func (c *Config) fillDefaults() {
 	def(&c.RPCTimeout, 5*time.Second)
 	def(&c.RequestTimeout, 2*c.ElectionTimeout)
 	def(&c.InventoryInterval, 30*time.Second)
+	def(&c.ACLTokenTTL, 30*time.Second)
+	def(&c.ACLTokenNegativeTTL, 5*time.Second)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
 	}

@@ -86,6 +86,8 @@ type Node struct {
 	hostRetry     map[string]time.Time
 
 	nextServer atomic.Uint64 // round robin of a host forwarding writes
+
+	tokens tokenCache // tokens a host resolved through a server (acl_resolve.go)
 }
 
 // New checks the configuration and returns a node that is not started.

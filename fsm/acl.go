@@ -433,19 +433,39 @@ type Authorizer struct {
 	hosts      []string
 }
 
-// Authorizer merges the rules of a token's policies. In each area deny
-// wins over write, write over read; for a namespace, a rule naming it
-// wins over "*".
+// Authorizer merges the rules of a token's policies (NewAuthorizer with
+// the policies the token names that exist).
 func (s *State) Authorizer(t ACLToken) *Authorizer {
-	a := &Authorizer{management: t.Management, areas: map[Area]Access{}, namespaces: map[string]Access{}}
+	return newAuthorizer(t.Management, t.Policies, func(name string) *ACLPolicy { return s.acl.policies[name] })
+}
+
+// NewAuthorizer merges the rules of policies for a token: those of
+// policies that the token names (others, and names without a policy, are
+// ignored). In each area deny wins over write, write over read; for a
+// namespace, a rule naming it wins over "*". A node without a replica
+// builds one from what a server sends it (the token and its policies).
+func NewAuthorizer(t ACLToken, policies []ACLPolicy) *Authorizer {
+	return newAuthorizer(t.Management, t.Policies, func(name string) *ACLPolicy {
+		for i := range policies {
+			if policies[i].Name == name {
+				return &policies[i]
+			}
+		}
+		return nil
+	})
+}
+
+// newAuthorizer merges the rules of the named policies that lookup finds.
+func newAuthorizer(management bool, names []string, lookup func(string) *ACLPolicy) *Authorizer {
+	a := &Authorizer{management: management, areas: map[Area]Access{}, namespaces: map[string]Access{}}
 	merge := func(cur, add Access) Access {
 		if add.rank() > cur.rank() {
 			return add
 		}
 		return cur
 	}
-	for _, name := range t.Policies {
-		p := s.acl.policies[name]
+	for _, name := range names {
+		p := lookup(name)
 		if p == nil {
 			continue
 		}
@@ -459,6 +479,18 @@ func (s *State) Authorizer(t ACLToken) *Authorizer {
 		a.hosts = append(a.hosts, r.HostRegister...)
 	}
 	return a
+}
+
+// ACLTokenPolicies returns the policies a token names that exist, in the
+// token's order: what NewAuthorizer needs to decide for it.
+func (s *State) ACLTokenPolicies(t ACLToken) []ACLPolicy {
+	out := make([]ACLPolicy, 0, len(t.Policies))
+	for _, name := range t.Policies {
+		if p := s.acl.policies[name]; p != nil {
+			out = append(out, clonePolicy(p))
+		}
+	}
+	return out
 }
 
 // Management reports whether the token may do everything.

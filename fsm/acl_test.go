@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,4 +126,61 @@ func TestIDsAreSafe(t *testing.T) {
 		}
 	}
 	h.must(host("GPU-1f2e.node-1:0", gpu("GPU-8a3c0e1d-2f4b-4b1e-9c3d-4e5f6a7b8c9d", 8)))
+}
+
+// TestNewAuthorizerMatchesState checks that an authorizer built from a
+// token and its policies (as a host builds it from a server's answer)
+// decides as the state's own: the same merge whatever the order of the
+// policies, policies the token does not name ignored.
+func TestNewAuthorizerMatchesState(t *testing.T) {
+	h := newHarness(t)
+	h.must(&ACLPolicyUpsert{Policy: ACLPolicy{Name: "team-a", Rules: ACLRules{
+		Namespaces: map[string]Access{"team-a": AccessWrite, "*": AccessRead}, Devices: AccessRead, Agent: AccessRead,
+	}}})
+	h.must(&ACLPolicyUpsert{Policy: ACLPolicy{Name: "no-b", Rules: ACLRules{
+		Namespaces: map[string]Access{"team-b": AccessDeny, "team-a": AccessRead}, Devices: AccessWrite, Agent: AccessDeny,
+	}}})
+	h.must(&ACLPolicyUpsert{Policy: ACLPolicy{Name: "host-h1", Rules: ACLRules{HostRegister: []string{"h1"}}}})
+	h.must(&ACLPolicyUpsert{Policy: ACLPolicy{Name: "ops", Rules: ACLRules{Operator: AccessWrite}}})
+	h.must(&ACLTokenUpsert{Token: ACLToken{AccessorID: "a", SecretHash: secretHash("a"), Policies: []string{"team-a", "no-b", "host-h1"}}})
+	h.must(&ACLBootstrap{Token: ACLToken{AccessorID: "root", SecretHash: secretHash("root")}})
+	for _, accessor := range []string{"a", "root", AnonymousAccessorID} {
+		tok, _ := h.s.ACLToken(accessor)
+		want := h.s.Authorizer(tok)
+		pols := h.s.ACLTokenPolicies(tok)
+		if len(pols) != len(tok.Policies) {
+			t.Fatalf("%s: %d policies for %v", accessor, len(pols), tok.Policies)
+		}
+		if got := NewAuthorizer(tok, pols); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: NewAuthorizer %+v, the state's %+v", accessor, got, want)
+		}
+		// Reversed, with a policy the token does not name.
+		other := append([]ACLPolicy{}, pols...)
+		slices.Reverse(other)
+		ops, _ := h.s.ACLPolicy("ops")
+		other = append(other, ops)
+		got := NewAuthorizer(tok, other)
+		for _, area := range []Area{AreaDevices, AreaPolicies, AreaOperator, AreaAgent} {
+			for _, write := range []bool{false, true} {
+				if got.Allowed(area, "", write) != want.Allowed(area, "", write) {
+					t.Errorf("%s: %s write=%t differs", accessor, area, write)
+				}
+			}
+		}
+		for _, ns := range []string{"team-a", "team-b", "team-c"} {
+			for _, write := range []bool{false, true} {
+				if got.Allowed(AreaAllocations, ns, write) != want.Allowed(AreaAllocations, ns, write) {
+					t.Errorf("%s: namespace %s write=%t differs", accessor, ns, write)
+				}
+			}
+		}
+		ga, gn := got.ReadableNamespaces()
+		wa, wn := want.ReadableNamespaces()
+		if ga != wa || !slices.Equal(gn, wn) || got.MayRegisterHost("h1") != want.MayRegisterHost("h1") {
+			t.Errorf("%s: readable namespaces or host registration differ", accessor)
+		}
+	}
+	if a := NewAuthorizer(ACLToken{Policies: []string{"ghost"}}, nil); a.Allowed(AreaAgent, "", false) || a.Management() {
+		t.Error("a token without policies may read")
+	}
 }

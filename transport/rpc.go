@@ -1,7 +1,8 @@
 // Package transport is the node-to-node RPC below package cluster: its
 // server and client, JSON over HTTP/1.1 on a port of its own. Through it a
 // node forwards writes to the leader, asks the leader for a read index,
-// and fetches a host's inventory and a server's status, and an operator's
+// and fetches a host's inventory and a server's status, a host resolves
+// the ACL tokens its API receives through a server, and an operator's
 // remove-peer and snapshot restore reach the leader. With TLS on it
 // speaks mutual TLS and authorizes every call by the role in the caller's
 // certificate (rpc_auth.go). Raft's own traffic does not pass here:
@@ -131,6 +132,7 @@ type RPCHandler interface {
 	RPCRemovePeer(ctx context.Context, id string) error
 	RPCRestore(ctx context.Context, snapshot io.Reader) error
 	RPCKeyring(ctx context.Context, req KeyringRequest) (KeyringResponse, error)
+	RPCResolveToken(ctx context.Context, req ResolveTokenRequest) (ResolveTokenResponse, error)
 }
 
 // rpcError is the body of a failed RPC.
@@ -158,6 +160,7 @@ func newRPCHandler(h RPCHandler, logger hclog.Logger, authorize bool) http.Handl
 	mux.HandleFunc("POST "+RPCRemovePeerPath, s.removePeer)
 	mux.HandleFunc("POST "+RPCRestorePath, s.restore)
 	mux.HandleFunc("POST "+RPCKeyringPath, s.keyring) // server-only
+	mux.HandleFunc("POST "+RPCResolveTokenPath, s.resolveToken)
 	if authorize {
 		return withAuthorization(mux)
 	}

@@ -33,6 +33,11 @@ func forbidden(format string, args ...any) *fsm.Error {
 //     (the leader registering the host).
 //   - The keyring route is served by every member and answers only a
 //     server (rotating the gossip keys of the whole pool).
+//   - The resolve-token route is served by servers (from their replica)
+//     and answers servers and hosts: a host agent, which has no replica,
+//     checks the ACL tokens its HTTP API receives with it. It tells a
+//     token's accessor and policies, never its secret or secret hash, and
+//     only to a caller that already knows the secret's hash.
 //
 // Clients (role client) never speak the node RPC.
 var rpcAccess = map[string][]certs.Role{
@@ -44,6 +49,8 @@ var rpcAccess = map[string][]certs.Role{
 	RPCRestorePath:    {certs.Server},
 	// Every member keeps a gossip keyring; a server rotates them all.
 	RPCKeyringPath: {certs.Server},
+	// A host resolves its API's tokens through a server.
+	RPCResolveTokenPath: {certs.Server, certs.Host},
 }
 
 // hostCommands are the commands a host may forward through apply: those

@@ -95,6 +95,10 @@ func TestRPCAccessTable(t *testing.T) {
 		},
 		RPCRestorePath: func(c *RPCClient) error { return c.Restore(ctx, addr, strings.NewReader("x")) },
 		RPCKeyringPath: func(c *RPCClient) error { _, err := c.Keyring(ctx, addr, KeyringRequest{Op: "list"}); return err },
+		RPCResolveTokenPath: func(c *RPCClient) error {
+			_, err := c.ResolveToken(ctx, addr, ResolveTokenRequest{SecretHash: fsm.HashACLSecret("secret")})
+			return err
+		},
 	}
 	if len(routes) != len(rpcAccess) {
 		t.Fatalf("the test covers %d routes, the table has %d", len(routes), len(rpcAccess))
@@ -112,6 +116,8 @@ func TestRPCAccessTable(t *testing.T) {
 		RPCRemovePeerPath: {certs.Server},
 		RPCRestorePath:    {certs.Server},
 		RPCKeyringPath:    {certs.Server},
+		// A host checks its API's tokens through a server.
+		RPCResolveTokenPath: {certs.Server, certs.Host},
 	}
 	for path, call := range routes {
 		for role, c := range callers {

@@ -186,6 +186,20 @@ func (m *memBackend) Read(ctx context.Context, opts cluster.ReadOptions, fn func
 	return cluster.ReadMeta{Index: modified, AppliedIndex: applied, KnownLeader: true, Leader: "mem"}, nil
 }
 
+func (m *memBackend) ResolveToken(_ context.Context, hash string) (tok fsm.ACLToken, authz *fsm.Authorizer, found bool, err error) {
+	m.f.Read(func(st *fsm.State) {
+		if hash == "" {
+			tok, found = st.ACLToken(fsm.AnonymousAccessorID)
+		} else {
+			tok, found = st.ACLTokenBySecretHash(hash)
+		}
+		if found {
+			authz = st.Authorizer(tok)
+		}
+	})
+	return tok, authz, found, nil
+}
+
 func (m *memBackend) Members() []cluster.Member { return []cluster.Member{m.Self()} }
 func (m *memBackend) Leader() (cluster.LeaderInfo, bool) {
 	return cluster.LeaderInfo{ID: "mem"}, true
