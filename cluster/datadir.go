@@ -67,3 +67,14 @@ func (l *dataDirLock) release() {
 }
 
 var errLockHeld = errors.New("lock held")
+
+// CheckDataDirFree reports ErrDataDirInUse when an agent runs on dir (it
+// takes the lock and gives it back at once).
+func CheckDataDirFree(dir string) error {
+	l, err := lockDataDir(dir)
+	if err != nil {
+		return err
+	}
+	l.release()
+	return nil
+}

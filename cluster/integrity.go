@@ -102,7 +102,7 @@ func (n *Node) Divergence() *Divergence {
 	return n.integ.divergence
 }
 
-const resyncAdvice = "stop this server and run `dmsc operator raft resync -data-dir DIR` on it to fetch the state from the other servers, or restore a snapshot (see \"When things break\" in deploy/README.md)"
+const resyncAdvice = "stop this server and run `dmsc operator raft resync -data-dir DIR -node ID -address <another server>` on it to fetch the state from the other servers, or restore a snapshot (see \"When things break\" in deploy/README.md)"
 
 // integrityLoop stops the node when its FSM halts, advertises this
 // replica's newest checkpoint and compares it with the peers'.

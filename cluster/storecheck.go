@@ -20,7 +20,7 @@ var ErrStoreDamaged = errors.New("raft state on disk is damaged")
 // storeAdvice is the recovery, for the messages of ErrStoreDamaged.
 func storeAdvice(dataDir string) string {
 	return "this server cannot start from it: run `dmsc operator raft resync -data-dir " + dataDir +
-		"` to move it aside and fetch the state from the other servers, or restore a snapshot (see \"When things break\" in deploy/README.md)"
+		" -node ID -address <another server>` to move it aside and fetch the state from the other servers, or restore a snapshot (see \"When things break\" in deploy/README.md)"
 }
 
 // guard runs fn and turns a panic or a memory fault in it into an error:

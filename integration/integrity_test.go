@@ -92,10 +92,16 @@ func allocateMany(t *testing.T, ctx context.Context, c *Cluster, targets []*Proc
 	}
 }
 
-// runResync runs `dmsc operator raft resync` on p's data directory.
-func runResync(t *testing.T, p *Process) {
+// runResync runs `dmsc operator raft resync` on p's data directory,
+// through the API of another running server.
+func runResync(t *testing.T, c *Cluster, p *Process) {
 	t.Helper()
-	out, err := exec.Command(binary, "operator", "raft", "resync", "-data-dir", p.DataDir).CombinedOutput()
+	other := Running(Except(c.Servers, p))[0]
+	args := []string{"operator", "raft", "resync", "-data-dir", p.DataDir, "-node", p.Name, "-address", other.URL("")}
+	if c.Token != "" {
+		args = append(args, "-token", c.Token)
+	}
+	out, err := exec.Command(binary, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("resync %s: %v\n%s", p.Name, err, out)
 	}
@@ -108,12 +114,22 @@ func runResync(t *testing.T, p *Process) {
 // damage and the resync command, after which resync brings it back with
 // the others' state; or, when the damage hit nothing in use, come back
 // with exactly the others' state. It returns whether it refused.
-func damageScenario(t *testing.T, opts Options, writes int, damage func(t *testing.T, p *Process)) bool {
+//
+// When given, settled says when the victim's data directory holds what the
+// damage needs (a second snapshot, say): more writes are made until it
+// does.
+func damageScenario(t *testing.T, opts Options, writes int, damage func(t *testing.T, p *Process), settled ...func(p *Process) bool) bool {
 	c := StartCluster(t, opts)
 	ctx := testContext(t, 240*time.Second)
 	waitInventory(t, ctx, c)
 	allocateMany(t, ctx, c, c.Servers, "before", writes)
 	victim, leader := follower(t, ctx, c)
+	for i := 0; len(settled) > 0 && !settled[0](victim); i++ {
+		if ctx.Err() != nil {
+			t.Fatalf("%s never settled: %v", victim.Name, ctx.Err())
+		}
+		allocateMany(t, ctx, c, c.Servers, fmt.Sprintf("settle-%d", i), 4)
+	}
 	if err := victim.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +189,7 @@ func damageScenario(t *testing.T, opts Options, writes int, damage func(t *testi
 		}
 		// Restarting without the resync refuses again: no crash loop of
 		// panics, the same clear error.
-		runResync(t, victim)
+		runResync(t, c, victim)
 		if err := victim.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -237,10 +253,14 @@ func TestTruncatedRaftDB(t *testing.T) {
 // damaged, with so few trailing logs that the log does not reach back to
 // the older one.
 func TestCorruptNewestSnapshot(t *testing.T) {
+	snapshots := func(p *Process) []string {
+		metas, _ := filepath.Glob(filepath.Join(p.DataDir, "raft", "snapshots", "*", "state.bin"))
+		return metas
+	}
 	refused := damageScenario(t, Options{ServerArgs: []string{
 		"-snapshot-threshold", "16", "-snapshot-interval", "200ms", "-trailing-logs", "8",
 	}}, 40, func(t *testing.T, p *Process) {
-		metas, _ := filepath.Glob(filepath.Join(p.DataDir, "raft", "snapshots", "*", "state.bin"))
+		metas := snapshots(p)
 		if len(metas) < 2 {
 			t.Fatalf("%s has %d snapshots, want 2", p.Name, len(metas))
 		}
@@ -262,7 +282,7 @@ func TestCorruptNewestSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("damaged %s", newest)
-	})
+	}, func(p *Process) bool { return len(snapshots(p)) >= 2 })
 	if !refused {
 		t.Error("a server with a corrupt newest snapshot and a short log started")
 	}
@@ -348,7 +368,7 @@ func TestDivergentReplicaAlarm(t *testing.T) {
 	if err := bad.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	runResync(t, bad)
+	runResync(t, c, bad)
 	bad.BeforeStart = nil
 	if err := bad.Start(); err != nil {
 		t.Fatal(err)

@@ -239,8 +239,8 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		log.Info("shutting down", "reason", "signal")
 	case <-node.Failed():
 		// Fail-stop: the replica met a log entry it cannot apply.
-		err = fmt.Errorf("this server stopped: %w; stop it and run `dmsc operator raft resync -data-dir %s`, then start it again, "+
-			"to fetch the state from the other servers (or restore a snapshot)", node.FailErr(), dataDir)
+		err = fmt.Errorf("this server stopped: %w; stop it and run `dmsc operator raft resync -data-dir %s -node %s -address <another server>`, "+
+			"then start it again, to fetch the state from the other servers (or restore a snapshot)", node.FailErr(), dataDir, cfg.NodeName)
 		log.Error("shutting down", "reason", "replica failed", "error", node.FailErr())
 	case err = <-serveErr:
 		log.Error("HTTP API stopped", "error", err)

@@ -292,7 +292,7 @@ func operatorCommands(ui cli.Ui) map[string]cli.CommandFactory {
 		"operator raft list-peers":  func() (cli.Command, error) { return &raftListPeersCommand{base()}, nil },
 		"operator raft remove-peer": func() (cli.Command, error) { return &raftRemovePeerCommand{base()}, nil },
 		"operator raft readmit":     func() (cli.Command, error) { return &raftReadmitCommand{base()}, nil },
-		"operator raft resync":      func() (cli.Command, error) { return &raftResyncCommand{ui: ui}, nil },
+		"operator raft resync":      func() (cli.Command, error) { return &raftResyncCommand{base()}, nil },
 		"operator snapshot":         parent("operator snapshot", "Save and restore the cluster's state", "save", "restore"),
 		"operator snapshot save":    func() (cli.Command, error) { return &snapshotCommand{base(), false}, nil },
 		"operator snapshot restore": func() (cli.Command, error) { return &snapshotCommand{base(), true}, nil },
