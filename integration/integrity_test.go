@@ -128,7 +128,9 @@ func damageScenario(t *testing.T, opts Options, writes int, damage func(t *testi
 		if ctx.Err() != nil {
 			t.Fatalf("%s never settled: %v", victim.Name, ctx.Err())
 		}
-		allocateMany(t, ctx, c, c.Servers, fmt.Sprintf("settle-%d", i), 4)
+		// Allocate and release: the GPUs stay free for what follows.
+		a := allocate(t, ctx, c, c.Servers, gpuRequest(fmt.Sprintf("settle-%d", i), 1, ""))
+		release(t, ctx, c, c.Servers, a.ID)
 	}
 	if err := victim.Stop(); err != nil {
 		t.Fatal(err)
