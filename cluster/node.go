@@ -206,6 +206,9 @@ func (n *Node) startRaft() error {
 	n.fsm.version = n.cfg.Version
 	n.setupIntegrity()
 	n.leaderNotify = make(chan bool, 16)
+	if err := n.recoverPeers(stores); err != nil {
+		return err
+	}
 	existing, err := raft.HasExistingState(stores.logs, stores.stable, stores.snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
