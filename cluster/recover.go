@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -78,4 +80,64 @@ func (n *Node) recoverPeers(stores *raftStores) error {
 	n.log.Warn("quorum-loss recovery done: the Raft configuration is now the servers of the recovery file; it was renamed",
 		"servers", len(conf.Servers), "renamed_to", filepath.Join(dir, PeersInfoFile))
 	return nil
+}
+
+// Peer is one server of a recovery file.
+type Peer struct {
+	ID       string `json:"id"`
+	Address  string `json:"address"`
+	NonVoter bool   `json:"non_voter"`
+}
+
+// WritePeersFile writes DATA/raft/peers.json for a stopped server (dmsc
+// operator raft recover-peers): the servers that remain after a quorum
+// loss. It refuses while an agent holds the data directory, when the
+// directory has no Raft state, when a peer is malformed or listed twice,
+// or when no peer votes. It returns the file's path.
+func WritePeersFile(dataDir string, peers []Peer) (string, error) {
+	if err := CheckDataDirFree(dataDir); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(dataDir, "raft")
+	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
+		return "", fmt.Errorf("%s holds no Raft state (%w): recovery is for the data directory of a surviving server", dataDir, err)
+	}
+	seen := map[string]bool{}
+	voters := 0
+	for _, p := range peers {
+		if p.ID == "" || p.Address == "" {
+			return "", fmt.Errorf("peer %q: an ID and a Raft address (host:port) are needed", p.ID+"="+p.Address)
+		}
+		if _, _, err := net.SplitHostPort(p.Address); err != nil {
+			return "", fmt.Errorf("peer %s: address %q: %w", p.ID, p.Address, err)
+		}
+		if seen[p.ID] || seen["addr:"+p.Address] {
+			return "", fmt.Errorf("peer %s (%s) is listed twice", p.ID, p.Address)
+		}
+		seen[p.ID], seen["addr:"+p.Address] = true, true
+		if !p.NonVoter {
+			voters++
+		}
+	}
+	if voters == 0 {
+		return "", errors.New("no peer votes: list at least the surviving servers as voters")
+	}
+	b, err := json.MarshalIndent(peers, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, PeersFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return "", err
+	}
+	if _, err := raft.ReadConfigJSON(tmp); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("the file does not read back: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return path, nil
 }

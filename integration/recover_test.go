@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,24 +19,25 @@ import (
 	"github.com/dmsc/dmsc/client/wire"
 )
 
-// writePeers writes p's recovery file naming ps as the voters.
+// writePeers writes p's recovery file naming ps as the voters, with
+// `dmsc operator raft recover-peers`.
 func writePeers(t *testing.T, p *Process, ps ...*Process) {
 	t.Helper()
-	type peer struct {
-		ID       string `json:"id"`
-		Address  string `json:"address"`
-		NonVoter bool   `json:"non_voter"`
-	}
-	var peers []peer
+	args := []string{"operator", "raft", "recover-peers", "-data-dir", p.DataDir}
 	for _, s := range ps {
-		peers = append(peers, peer{ID: s.Name, Address: s.RaftAddr})
+		args = append(args, "-peer", s.Name+"="+s.RaftAddr)
 	}
-	b, err := json.MarshalIndent(peers, "", "  ")
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("recover-peers: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(p.DataDir, "raft", "peers.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(p.DataDir, "raft", "peers.json"), b, 0o600); err != nil {
-		t.Fatal(err)
+	var peers []map[string]any
+	if err := json.Unmarshal(b, &peers); err != nil || len(peers) != len(ps) || peers[0]["id"] != ps[0].Name || peers[0]["non_voter"] != false {
+		t.Fatalf("peers.json: %s (%v)", b, err)
 	}
 }
 
