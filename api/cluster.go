@@ -14,8 +14,8 @@ import (
 func memberOf(m cluster.Member) wire.Member {
 	return wire.Member{
 		ID: m.ID, Server: m.Server, Host: m.Host, GossipAddr: m.GossipAddr, RaftAddr: m.RaftAddr,
-		RPCAddr: m.RPCAddr, HTTPAddr: m.HTTPAddr, Version: m.Version, Status: string(m.Status),
-		Since: m.Since, Leader: m.Leader, Integrity: m.Integrity,
+		RPCAddr: m.RPCAddr, HTTPAddr: m.HTTPAddr, Version: m.Version, FeatureLevel: m.FeatureLevel,
+		Status: string(m.Status), Since: m.Since, Leader: m.Leader, Integrity: m.Integrity,
 	}
 }
 

@@ -288,6 +288,7 @@ func TestWireConstants(t *testing.T) {
 		wire.CodeConflict, wire.CodeNotActive, wire.CodeNoCapacity, wire.CodeRequestIDReused, wire.CodeBodyTooLarge, wire.CodeOverloaded,
 		wire.CodeNoLeader, wire.CodeNotLeader, wire.CodeShutdown, wire.CodeNotServer, wire.CodeTimeout,
 		wire.CodeInternal, wire.CodeForbidden, wire.CodeReplicaFailed, wire.CodeStorageFailed,
+		wire.CodeFeatureUnavailable,
 	}
 	for code, status := range statusOfCode {
 		if !slices.Contains(codes, code) && status != http.StatusInternalServerError {

@@ -67,6 +67,7 @@ var statusOfCode = map[string]int{
 	wire.CodeInternal:             http.StatusInternalServerError,
 	wire.CodeForbidden:            http.StatusForbidden,
 	cluster.ErrStorage.Code:       http.StatusServiceUnavailable,
+	wire.CodeFeatureUnavailable:   http.StatusConflict,
 }
 
 // errorBody turns any error into its status and JSON body.

@@ -47,6 +47,15 @@ func (rt route) bodyLimit(o *Options) int64 {
 	return o.MaxBodyBytes
 }
 
+// testRoutes are served only by a binary started with the test knob that
+// gives it one more command type (fsm.EnableTestNoop), for mixed-version
+// tests; they are not part of the API.
+func testRoutes() []route {
+	return []route{
+		{method: "POST", path: "/v1/operator/test-noop", handle: (*Server).testNoop, need: capWrite(fsm.AreaOperator)},
+	}
+}
+
 // routes is the route table.
 func routes() []route {
 	return []route{

@@ -173,7 +173,11 @@ func New(b Backend, opts Options) *Server {
 		uploads:  make(chan struct{}, opts.MaxSnapshotUploads),
 	}
 	s.metrics = newMetrics(s)
-	for _, rt := range routes() {
+	table := routes()
+	if fsm.TestNoopEnabled() {
+		table = append(table, testRoutes()...)
+	}
+	for _, rt := range table {
 		if rt.debug && !opts.EnableDebug {
 			continue
 		}

@@ -86,3 +86,15 @@ func (s *Server) readAfter(w http.ResponseWriter, r *http.Request, idx uint64, f
 func notFound(kind, id string) error {
 	return &fsm.Error{Code: fsm.ErrNotFound.Code, Message: kind + " " + strconv.Quote(id) + " not found"}
 }
+
+// POST /v1/operator/test-noop: writes an fsm.TestNoop, the command type
+// of a pretended newer release, for mixed-version tests. Served only with
+// the test knob (fsm.EnableTestNoop). It answers the entry's index.
+func (s *Server) testNoop(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.write(w, r, &fsm.TestNoop{Note: "test"}, "")
+	if err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, map[string]uint64{"index": res.Index})
+	return nil
+}

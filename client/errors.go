@@ -105,6 +105,9 @@ var (
 	// ErrStorage: the server cannot write its storage (a full disk) and
 	// does not answer from its replica. Retryable on another node.
 	ErrStorage = sentinel(wire.CodeStorageFailed, "server cannot write its storage")
+	// ErrFeatureUnavailable: the write needs a newer dmsc than some
+	// servers run (a rolling upgrade in progress); nothing was written.
+	ErrFeatureUnavailable = sentinel(wire.CodeFeatureUnavailable, "not every server supports this write yet")
 	// ErrInternal: a bug on the server.
 	ErrInternal = sentinel(wire.CodeInternal, "internal error")
 	// ErrLeaseLost: a LeaseRenewer could not keep the lease (the

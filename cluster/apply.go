@@ -33,6 +33,11 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if fsm.RequestIDOf(cmd) == "" {
 		fsm.SetRequestID(cmd, uuid.NewString())
 	}
+	// A command of a newer feature level is refused here when this
+	// server sees a server too old for it; the leader checks again.
+	if err := n.checkFeature(ctx, cmd); err != nil {
+		return fsm.Result{}, err
+	}
 	if a, ok := cmd.(*fsm.Allocate); ok && a.AllocationID == "" {
 		// Drawn here, once, not from the log index: a restored snapshot
 		// holds allocations of another cluster's indexes. A retry of this
@@ -186,6 +191,9 @@ func classify(res fsm.Result, err error) (fsm.Result, error, bool, bool) {
 // applyLeader stamps the command with the leader's clock, proposes it, and
 // waits for the state machine's answer. Only the leader calls it.
 func (n *Node) applyLeader(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	if err := n.checkFeature(ctx, cmd); err != nil {
+		return fsm.Result{}, err
+	}
 	fsm.Stamp(cmd, time.Now())
 	data, err := EncodeLogEntry(cmd)
 	if err != nil {

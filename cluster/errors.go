@@ -40,9 +40,18 @@ var (
 	// refuses reads of its replica, which may be behind, until a write
 	// succeeds again. Retryable on another node.
 	ErrStorage = &fsm.Error{Code: wire.CodeStorageFailed, Message: "this server cannot write its storage"}
+	// ErrFeatureUnavailable: the command needs a feature level (a newer
+	// dmsc) that not every server in the Raft configuration advertises
+	// yet; the message names the servers that are too old. Nothing was
+	// written. Not retryable as such: upgrade those servers first.
+	ErrFeatureUnavailable = &fsm.Error{Code: wire.CodeFeatureUnavailable, Message: "not every server supports this command yet"}
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = &fsm.Error{Code: "bad_config", Message: "invalid configuration"}
 )
+
+// ErrNeedsUpgrade: this server's log holds a command that a newer dmsc
+// wrote; the server refuses to start until it is upgraded.
+var ErrNeedsUpgrade = errors.New("this server is too old for its Raft log")
 
 // IsRetryable reports whether err is a condition that a client may retry
 // with the same request ID (wire.RetryableCode): no leader, leader lost,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -48,6 +49,9 @@ type RaftFSM struct {
 	// fault, for tests only, may change a command before it is applied
 	// (a replica made to diverge on purpose).
 	fault func(index uint64, c fsm.Command)
+
+	// version is this server's dmsc version, for HaltError.
+	version string
 }
 
 // HaltError is the log entry a replica could not apply. The replica stops
@@ -55,10 +59,35 @@ type RaftFSM struct {
 type HaltError struct {
 	Index uint64
 	Err   error
+	// Version is this server's dmsc version, for the message of an entry
+	// that needs a newer one.
+	Version string
 }
 
 func (e *HaltError) Error() string {
+	if nu := e.NeedsUpgrade(); nu != nil {
+		v := e.Version
+		if v == "" {
+			v = "dev"
+		}
+		what := fmt.Sprintf("command type %d", nu.Type)
+		if nu.Format != 0 {
+			what = fmt.Sprintf("entry format 0x%02x", nu.Format)
+		}
+		return fmt.Sprintf("log entry %d has %s, which %s; this server runs dmsc %s (feature level %d): upgrade this server",
+			e.Index, what, nu.Needs(), v, fsm.FeatureLevel())
+	}
 	return fmt.Sprintf("log entry %d cannot be applied: %v", e.Index, e.Err)
+}
+
+// NeedsUpgrade returns the entry's needs when a newer dmsc wrote it (this
+// server is too old for it), else nil.
+func (e *HaltError) NeedsUpgrade() *fsm.NeedsUpgradeError {
+	var nu *fsm.NeedsUpgradeError
+	if errors.As(e.Err, &nu) {
+		return nu
+	}
+	return nil
 }
 
 func (e *HaltError) Unwrap() error { return e.Err }
@@ -107,7 +136,7 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type == raft.LogCommand {
 			c, err := DecodeLogEntry(l.Data)
 			if err != nil {
-				f.halt = &HaltError{Index: l.Index, Err: err}
+				f.halt = &HaltError{Index: l.Index, Err: err, Version: f.version}
 				halted = true
 				out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
 				continue

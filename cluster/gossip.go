@@ -21,6 +21,10 @@ type nodeMeta struct {
 	RPC     string `json:"rpc"`
 	HTTP    string `json:"http,omitempty"`
 	Version string `json:"v,omitempty"`
+	// Level is the server's feature level (fsm.FeatureLevel): the
+	// command types it can apply. Absent (0) from releases before levels:
+	// level 1.
+	Level int `json:"fl,omitempty"`
 	// Expect is the server's bootstrap-expect.
 	Expect int `json:"be,omitempty"`
 	// Inv is the hash of the host's current inventory.
@@ -153,6 +157,6 @@ func (m memberInfo) export() Member {
 	return Member{
 		ID: m.id, Server: m.meta.server(), Host: m.meta.host(),
 		GossipAddr: m.addr, RaftAddr: m.meta.Raft, RPCAddr: m.meta.RPC, HTTPAddr: m.meta.HTTP,
-		Version: m.meta.Version, Status: m.status, Since: m.since, Integrity: m.meta.Integrity,
+		Version: m.meta.Version, FeatureLevel: m.meta.Level, Status: m.status, Since: m.since, Integrity: m.meta.Integrity,
 	}
 }

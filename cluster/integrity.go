@@ -86,6 +86,8 @@ func (n *Node) replicaProblem() string {
 	n.integ.mu.Lock()
 	defer n.integ.mu.Unlock()
 	switch {
+	case n.integ.halt != nil && n.integ.halt.NeedsUpgrade() != nil:
+		return n.integ.halt.Error()
 	case n.integ.halt != nil:
 		return n.integ.halt.Error() + "; " + resyncAdvice
 	case n.integ.diverged && n.integ.divergence != nil:
@@ -142,8 +144,17 @@ func (n *Node) integrityLoop() {
 // agent (Failed).
 func (n *Node) failStop() {
 	h := n.fsm.Halt()
-	n.log.Error("log entry "+strconv.FormatUint(h.Index, 10)+" is corrupt or cannot be decoded; this server stops; "+resyncAdvice,
-		"index", h.Index, "error", h.Err)
+	if nu := h.NeedsUpgrade(); nu != nil {
+		// A newer leader wrote a command this binary does not know (the
+		// feature gate was bypassed, or this server joined after it was
+		// written). Resync would not help: the same entry comes back.
+		n.log.Error(h.Error()+"; this server stops",
+			"index", h.Index, "command_type", int(nu.Type), "needs_level", nu.Level, "needs_version", nu.Version,
+			"version", n.cfg.Version, "feature_level", fsm.FeatureLevel())
+	} else {
+		n.log.Error("log entry "+strconv.FormatUint(h.Index, 10)+" is corrupt or cannot be decoded; this server stops; "+resyncAdvice,
+			"index", h.Index, "error", h.Err)
+	}
 	n.raftMu.Lock()
 	n.raftClosed = true
 	n.raftMu.Unlock()

@@ -88,6 +88,9 @@ type Node struct {
 	nextServer atomic.Uint64 // round robin of a host forwarding writes
 
 	tokens tokenCache // tokens a host resolved through a server (acl_resolve.go)
+
+	// skipFeatureGate: the TestSkipFeatureGateEnv knob (upgrade.go).
+	skipFeatureGate bool
 }
 
 // New checks the configuration and returns a node that is not started.
@@ -106,6 +109,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.baseCtx, n.cancelBase = context.WithCancel(context.Background())
 	n.rpc = n.newRPCClient()
+	n.readUpgradeTestKnobs()
 	return n, nil
 }
 
@@ -199,8 +203,12 @@ func (n *Node) startRaft() error {
 		Logger:  n.log.Named("raft-net"),
 	}))
 	n.fsm = NewRaftFSM(fsm.New())
+	n.fsm.version = n.cfg.Version
 	n.setupIntegrity()
 	n.leaderNotify = make(chan bool, 16)
+	if err := n.recoverPeers(stores); err != nil {
+		return err
+	}
 	existing, err := raft.HasExistingState(stores.logs, stores.stable, stores.snaps)
 	if err != nil {
 		return fmt.Errorf("read raft state: %w", err)
@@ -240,6 +248,7 @@ func (n *Node) localMeta() []byte {
 		m.Role = "h"
 	}
 	if n.cfg.Server {
+		m.Level = fsm.FeatureLevel()
 		m.Raft = n.raftAddr
 		m.Expect = n.cfg.BootstrapExpect
 		m.StateHash, m.Integrity = n.integrityMeta()
@@ -371,6 +380,9 @@ func (n *Node) Self() Member {
 		ID: n.cfg.NodeID, Server: n.cfg.Server, Host: n.cfg.Inventory != nil,
 		GossipAddr: n.gossipAddr, RaftAddr: n.raftAddr, RPCAddr: n.rpcAddr, HTTPAddr: n.cfg.HTTPAddr,
 		Version: n.cfg.Version, Status: MemberAlive, Leader: n.IsLeader(),
+	}
+	if n.cfg.Server {
+		m.FeatureLevel = fsm.FeatureLevel()
 	}
 	if info, ok := n.members.get(n.cfg.NodeID); ok {
 		m.Since = info.since

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -58,6 +59,13 @@ func (n *Node) openStores() (*raftStores, error) {
 	}
 	if err := checkRaftState(bolt, snaps); err != nil {
 		bolt.Close()
+		var h *HaltError
+		if errors.As(err, &h) {
+			// The log holds a command of a newer dmsc: not damage, and
+			// resync would bring it back.
+			h.Version = n.cfg.Version
+			return nil, fmt.Errorf("%w: %w", ErrNeedsUpgrade, h)
+		}
 		return nil, damaged(dir, err)
 	}
 	n.log.Debug("raft state on disk checked", "path", dir, "took", time.Since(start))

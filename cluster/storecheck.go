@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/dmsc/dmsc/fsm"
 )
 
 // ErrStoreDamaged: the Raft state on disk (the log store or a snapshot)
@@ -104,6 +106,11 @@ func checkRaftState(logs raft.LogStore, snaps raft.SnapshotStore) error {
 			return fmt.Errorf("log entry %d is stored as index %d", i, l.Index)
 		case l.Type == raft.LogCommand:
 			if _, err := DecodeLogEntry(l.Data); err != nil {
+				var nu *fsm.NeedsUpgradeError
+				if errors.As(err, &nu) {
+					// Not damage: a newer dmsc wrote it (openStores).
+					return &HaltError{Index: i, Err: err}
+				}
 				return fmt.Errorf("log entry %d is corrupt: %w", i, err)
 			}
 		}

@@ -72,12 +72,15 @@ type Member struct {
 	Host   bool `json:"host"`
 	// GossipAddr, RaftAddr, RPCAddr and HTTPAddr are host:port; RaftAddr is
 	// empty for hosts, HTTPAddr when the node did not advertise one.
-	GossipAddr string       `json:"gossip_addr"`
-	RaftAddr   string       `json:"raft_addr,omitempty"`
-	RPCAddr    string       `json:"rpc_addr"`
-	HTTPAddr   string       `json:"http_addr,omitempty"`
-	Version    string       `json:"version"`
-	Status     MemberStatus `json:"status"`
+	GossipAddr string `json:"gossip_addr"`
+	RaftAddr   string `json:"raft_addr,omitempty"`
+	RPCAddr    string `json:"rpc_addr"`
+	HTTPAddr   string `json:"http_addr,omitempty"`
+	Version    string `json:"version"`
+	// FeatureLevel is a server's feature level (fsm.FeatureLevel), 0 for
+	// hosts and for servers of a release before levels.
+	FeatureLevel int          `json:"feature_level,omitempty"`
+	Status       MemberStatus `json:"status"`
 	// Since is when this node last saw the status change.
 	Since time.Time `json:"since"`
 	// Integrity is "halted" or "diverged" when the server advertises that

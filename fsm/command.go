@@ -195,6 +195,10 @@ func newCommand(t CommandType) Command {
 		return &ACLTokenUpsert{}
 	case ACLTokenDeleteType:
 		return &ACLTokenDelete{}
+	case TestNoopType:
+		if TestNoopEnabled() {
+			return &TestNoop{}
+		}
 	}
 	return nil
 }
@@ -235,15 +239,16 @@ func Encode(c Command) ([]byte, error) {
 	return append(out, payload...), nil
 }
 
-// Decode reads a command written by Encode. An unknown type byte gives
-// ErrUnknownCommand: the node must stop rather than diverge.
+// Decode reads a command written by Encode. An unknown type byte gives a
+// *NeedsUpgradeError, which matches ErrUnknownCommand: the node must stop
+// rather than diverge.
 func Decode(b []byte) (Command, error) {
 	if len(b) == 0 {
 		return nil, errf(ErrInvalid, "empty command")
 	}
 	c := newCommand(CommandType(b[0]))
 	if c == nil {
-		return nil, errf(ErrUnknownCommand, "type %d", b[0])
+		return nil, &NeedsUpgradeError{Type: CommandType(b[0])}
 	}
 	if err := json.Unmarshal(b[1:], c); err != nil {
 		return nil, errf(ErrInvalid, "decode command type %d: %v", b[0], err)

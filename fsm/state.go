@@ -182,6 +182,8 @@ func (s *State) apply(idx uint64, c Command) Result {
 		return s.aclTokenUpsert(idx, c)
 	case *ACLTokenDelete:
 		return s.aclTokenDelete(c)
+	case *TestNoop:
+		return Result{}
 	}
 	return Result{Err: errf(ErrUnknownCommand, "%T", c)}
 }

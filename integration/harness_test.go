@@ -585,6 +585,9 @@ type Process struct {
 	// BeforeStart, when set, adjusts the command before every start (the
 	// nemesis runs each process under a group of its own).
 	BeforeStart func(*exec.Cmd)
+	// Env is added to the agent's environment on every start (test
+	// knobs such as DMSC_TEST_EXTRA_COMMAND=1).
+	Env []string
 
 	t    testing.TB
 	args []string
@@ -650,7 +653,7 @@ func (p *Process) Start() error {
 	fmt.Fprintf(logFile, "==== harness: start %d of %s at %s: %s %s\n", p.starts, p.Name,
 		time.Now().Format(time.RFC3339Nano), binary, strings.Join(p.args, " "))
 	cmd := exec.Command(binary, p.args...)
-	cmd.Env = agentEnv()
+	cmd.Env = append(agentEnv(), p.Env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = childProcAttr()
 	if p.BeforeStart != nil {

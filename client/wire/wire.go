@@ -79,6 +79,11 @@ const (
 	// disk, a failed fsync) and refuses to answer from a replica it
 	// cannot vouch for. Retryable on another node.
 	CodeStorageFailed = "storage_failed"
+	// CodeFeatureUnavailable: the write needs a newer dmsc than some
+	// servers of the cluster run (a rolling upgrade in progress); the
+	// message names them. Nothing was written. Upgrade them, then send it
+	// again.
+	CodeFeatureUnavailable = "feature_unavailable"
 	// CodeInternal: a bug on the server.
 	CodeInternal = "internal"
 	// CodeForbidden: the caller is known but may not do this (a node
@@ -386,6 +391,11 @@ type Member struct {
 	RPCAddr    string `json:"rpc_addr"`
 	HTTPAddr   string `json:"http_addr,omitempty"`
 	Version    string `json:"version"`
+	// FeatureLevel is a server's feature level: the command types it can
+	// apply. A write of a newer type is refused (feature_unavailable)
+	// until every server advertises its level. 0 for hosts and for
+	// servers of a release before levels (level 1).
+	FeatureLevel int `json:"feature_level,omitempty"`
 	// Status is alive, failed or left.
 	Status string `json:"status"`
 	// Since is when the answering node saw the status change.

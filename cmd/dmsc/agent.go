@@ -239,6 +239,13 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 		log.Info("shutting down", "reason", "signal")
 	case <-node.Failed():
 		// Fail-stop: the replica met a log entry it cannot apply.
+		var halt *cluster.HaltError
+		if errors.As(node.FailErr(), &halt) && halt.NeedsUpgrade() != nil {
+			// A newer dmsc wrote it: resync would fetch it again.
+			err = fmt.Errorf("this server stopped: %w; install the dmsc version it names on this server and start it again", node.FailErr())
+			log.Error("shutting down", "reason", "replica failed", "error", node.FailErr())
+			break
+		}
 		err = fmt.Errorf("this server stopped: %w; stop it and run `dmsc operator raft resync -data-dir %s -node %s -address <another server>`, "+
 			"then start it again, to fetch the state from the other servers (or restore a snapshot)", node.FailErr(), dataDir, cfg.NodeName)
 		log.Error("shutting down", "reason", "replica failed", "error", node.FailErr())

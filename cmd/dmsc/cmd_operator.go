@@ -284,18 +284,19 @@ func operatorCommands(ui cli.Ui) map[string]cli.CommandFactory {
 		}
 	}
 	return map[string]cli.CommandFactory{
-		"members":                   func() (cli.Command, error) { return &membersCommand{base()}, nil },
-		"operator":                  parent("operator", "Operate the cluster: Raft peers, snapshots and gossip keys", "raft", "snapshot", "keygen", "keyring"),
-		"operator keygen":           func() (cli.Command, error) { return &keygenCommand{ui: ui}, nil },
-		"operator keyring":          func() (cli.Command, error) { return &keyringCommand{base()}, nil },
-		"operator raft":             parent("operator raft", "Inspect and change the Raft configuration", "list-peers", "remove-peer", "readmit", "resync"),
-		"operator raft list-peers":  func() (cli.Command, error) { return &raftListPeersCommand{base()}, nil },
-		"operator raft remove-peer": func() (cli.Command, error) { return &raftRemovePeerCommand{base()}, nil },
-		"operator raft readmit":     func() (cli.Command, error) { return &raftReadmitCommand{base()}, nil },
-		"operator raft resync":      func() (cli.Command, error) { return &raftResyncCommand{base()}, nil },
-		"operator snapshot":         parent("operator snapshot", "Save and restore the cluster's state", "save", "restore"),
-		"operator snapshot save":    func() (cli.Command, error) { return &snapshotCommand{base(), false}, nil },
-		"operator snapshot restore": func() (cli.Command, error) { return &snapshotCommand{base(), true}, nil },
+		"members":                     func() (cli.Command, error) { return &membersCommand{base()}, nil },
+		"operator":                    parent("operator", "Operate the cluster: Raft peers, snapshots and gossip keys", "raft", "snapshot", "keygen", "keyring"),
+		"operator keygen":             func() (cli.Command, error) { return &keygenCommand{ui: ui}, nil },
+		"operator keyring":            func() (cli.Command, error) { return &keyringCommand{base()}, nil },
+		"operator raft":               parent("operator raft", "Inspect and change the Raft configuration", "list-peers", "remove-peer", "readmit", "resync", "recover-peers"),
+		"operator raft list-peers":    func() (cli.Command, error) { return &raftListPeersCommand{base()}, nil },
+		"operator raft remove-peer":   func() (cli.Command, error) { return &raftRemovePeerCommand{base()}, nil },
+		"operator raft readmit":       func() (cli.Command, error) { return &raftReadmitCommand{base()}, nil },
+		"operator raft resync":        func() (cli.Command, error) { return &raftResyncCommand{base()}, nil },
+		"operator raft recover-peers": func() (cli.Command, error) { return &raftRecoverPeersCommand{ui: ui}, nil },
+		"operator snapshot":           parent("operator snapshot", "Save and restore the cluster's state", "save", "restore"),
+		"operator snapshot save":      func() (cli.Command, error) { return &snapshotCommand{base(), false}, nil },
+		"operator snapshot restore":   func() (cli.Command, error) { return &snapshotCommand{base(), true}, nil },
 	}
 }
 

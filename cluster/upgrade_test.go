@@ -1,0 +1,102 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/dmsc/dmsc/fsm"
+)
+
+func TestFeatureGate(t *testing.T) {
+	base := fsm.Since{Level: 1, Version: "0.1.0"}
+	next := fsm.Since{Level: 2, Version: "0.2.0"}
+	servers := []serverLevel{
+		{ID: "s1", Version: "0.2.0", Level: 2, Known: true},
+		{ID: "s2", Version: "0.1.0", Level: 1, Known: true},
+		{ID: "s3", Known: false},
+	}
+	if err := featureGate(fsm.AllocateType, base, servers); err != nil {
+		t.Fatalf("a level-1 command was gated: %v", err)
+	}
+	err := featureGate(fsm.TestNoopType, next, servers)
+	if !errors.Is(err, ErrFeatureUnavailable) {
+		t.Fatalf("gate: %v, want ErrFeatureUnavailable", err)
+	}
+	for _, want := range []string{"command type 250", "dmsc >= 0.2.0", "feature level 2", "s2 (dmsc 0.1.0, feature level 1)", "s3 (not seen in gossip)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("gate error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "s1") {
+		t.Errorf("gate error %q names s1, which supports the command", err)
+	}
+	if IsRetryable(err) {
+		t.Error("feature_unavailable is retryable")
+	}
+	if err := featureGate(fsm.TestNoopType, next, servers[:1]); err != nil {
+		t.Fatalf("gate with every server at level 2: %v", err)
+	}
+}
+
+// newerEntry is a log entry of a command type this binary does not know,
+// as a leader of a newer dmsc writes it.
+func newerEntry() []byte {
+	return wrapLogEntryLevel(append([]byte{byte(fsm.TestNoopType)}, `{"time":1}`...), fsm.Since{Level: 2, Version: "0.2.0"})
+}
+
+func TestLogEntryOfANewerVersion(t *testing.T) {
+	if fsm.TestNoopEnabled() {
+		t.Skip("the test command is enabled in this process")
+	}
+	_, err := DecodeLogEntry(newerEntry())
+	var nu *fsm.NeedsUpgradeError
+	if !errors.As(err, &nu) || nu.Type != fsm.TestNoopType || nu.Level != 2 || nu.Version != "0.2.0" {
+		t.Fatalf("decode: %v (%+v)", err, nu)
+	}
+	if !errors.Is(err, fsm.ErrUnknownCommand) || errors.Is(err, ErrCorruptEntry) {
+		t.Fatalf("decode: %v should be an unknown command, not a corrupt entry", err)
+	}
+
+	// An envelope of a later format whose checksum holds.
+	later := []byte{0xC5, 1, 2, 3}
+	later = binary.BigEndian.AppendUint32(later, crc32.Checksum(later, castagnoli))
+	if _, err := DecodeLogEntry(later); !errors.As(err, &nu) || nu.Format != 0xC5 {
+		t.Fatalf("later format: %v", err)
+	}
+	// A damaged one is still corrupt.
+	later[1] ^= 0xFF
+	if _, err := DecodeLogEntry(later); !errors.Is(err, ErrCorruptEntry) {
+		t.Fatalf("damaged later format: %v, want ErrCorruptEntry", err)
+	}
+
+	f := NewRaftFSM(fsm.New())
+	f.version = "0.1.0"
+	ok, _ := EncodeLogEntry(&fsm.Tick{})
+	f.ApplyBatch([]*raft.Log{
+		{Index: 1, Type: raft.LogCommand, Data: ok},
+		{Index: 2, Type: raft.LogCommand, Data: newerEntry()},
+	})
+	h := f.Halt()
+	if h == nil || h.Index != 2 || h.NeedsUpgrade() == nil {
+		t.Fatalf("halt: %v", h)
+	}
+	want := "log entry 2 has command type 250, which needs dmsc >= 0.2.0 (feature level 2); this server runs dmsc 0.1.0 (feature level 1): upgrade this server"
+	if h.Error() != want {
+		t.Fatalf("halt message\n got: %s\nwant: %s", h.Error(), want)
+	}
+	if applied, _ := f.Indexes(); applied != 1 {
+		t.Fatalf("applied %d, want 1", applied)
+	}
+}
+
+func TestLevelOneEntriesKeepFormat1(t *testing.T) {
+	b, err := EncodeLogEntry(&fsm.Allocate{})
+	if err != nil || b[0] != entryFormat1 {
+		t.Fatalf("allocate entry starts with 0x%02x (%v), want format 1", b[0], err)
+	}
+}
