@@ -371,12 +371,37 @@ func TestDivergentReplicaAlarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	runResync(t, c, bad)
+	// Resync took it out of the configuration: empty, it must not vote.
+	var rc wire.RaftConfiguration
+	if err := c.Get(ctx, good[0], "/v1/cluster/raft", &rc); err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range rc.Servers {
+		if srv.ID == bad.Name {
+			t.Fatalf("after resync %s is still in the Raft configuration: %+v", bad.Name, rc.Servers)
+		}
+	}
 	bad.BeforeStart = nil
 	if err := bad.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WaitReady(ctx, bad); err != nil {
 		t.Fatal(err)
+	}
+	// Readmitted, it is added back as a non-voter first, then made a voter.
+	if err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		var rc wire.RaftConfiguration
+		if err := c.Get(ctx, good[0], "/v1/cluster/raft", &rc); err != nil {
+			return false, nil
+		}
+		for _, srv := range rc.Servers {
+			if srv.ID == bad.Name {
+				return srv.Voter, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("%s never became a voter again: %v", bad.Name, err)
 	}
 	allocateMany(t, ctx, c, c.Servers, "after", 20)
 	if err := waitSameState(ctx, c, good[0], bad); err != nil {
