@@ -139,11 +139,7 @@ func (b *fakeBackend) ResolveToken(ctx context.Context, hash string) (tok fsm.AC
 	b.mu.Unlock()
 	var pols []fsm.ACLPolicy
 	b.f.Read(func(st *fsm.State) {
-		if hash == "" {
-			tok, found = st.ACLToken(fsm.AnonymousAccessorID)
-		} else {
-			tok, found = st.ACLTokenBySecretHash(hash)
-		}
+		tok, found = st.TokenOfSecret(hash)
 		switch {
 		case !found:
 		case host:

@@ -37,11 +37,7 @@ func (n *Node) ResolveToken(ctx context.Context, secretHash string) (tok fsm.ACL
 	}
 	if n.raft != nil {
 		n.fsm.Read(func(st *fsm.State) {
-			if secretHash == "" {
-				tok, found = st.ACLToken(fsm.AnonymousAccessorID)
-			} else {
-				tok, found = st.ACLTokenBySecretHash(secretHash)
-			}
+			tok, found = st.TokenOfSecret(secretHash)
 			if found {
 				authz = st.Authorizer(tok)
 			}
@@ -63,11 +59,7 @@ func (n *Node) RPCResolveToken(ctx context.Context, req transport.ResolveTokenRe
 	}
 	var resp transport.ResolveTokenResponse
 	n.fsm.Read(func(st *fsm.State) {
-		if req.SecretHash == "" {
-			resp.Token, resp.Found = st.ACLToken(fsm.AnonymousAccessorID)
-		} else {
-			resp.Token, resp.Found = st.ACLTokenBySecretHash(req.SecretHash)
-		}
+		resp.Token, resp.Found = st.TokenOfSecret(req.SecretHash)
 		if resp.Found {
 			resp.Policies = st.ACLTokenPolicies(resp.Token)
 		}

@@ -405,6 +405,15 @@ func (s *State) ACLTokenBySecretHash(hash string) (ACLToken, bool) {
 	return s.ACLToken(id)
 }
 
+// TokenOfSecret is the token a request's secret names, by its hash: the
+// anonymous token for "" (a request without a token).
+func (s *State) TokenOfSecret(hash string) (ACLToken, bool) {
+	if hash == "" {
+		return s.ACLToken(AnonymousAccessorID)
+	}
+	return s.ACLTokenBySecretHash(hash)
+}
+
 func clonePolicy(p *ACLPolicy) ACLPolicy {
 	c := *p
 	c.Rules.Namespaces = nil

@@ -188,11 +188,7 @@ func (m *memBackend) Read(ctx context.Context, opts cluster.ReadOptions, fn func
 
 func (m *memBackend) ResolveToken(_ context.Context, hash string) (tok fsm.ACLToken, authz *fsm.Authorizer, found bool, err error) {
 	m.f.Read(func(st *fsm.State) {
-		if hash == "" {
-			tok, found = st.ACLToken(fsm.AnonymousAccessorID)
-		} else {
-			tok, found = st.ACLTokenBySecretHash(hash)
-		}
+		tok, found = st.TokenOfSecret(hash)
 		if found {
 			authz = st.Authorizer(tok)
 		}
