@@ -96,25 +96,10 @@ func checkRaftState(logs raft.LogStore, snaps raft.SnapshotStore) error {
 	if err != nil {
 		return fmt.Errorf("log store: %w", err)
 	}
-	for i := first; i <= last && last > 0; i++ {
-		var l raft.Log
-		err := guard(func() error { return logs.GetLog(i, &l) })
-		switch {
-		case err != nil:
-			return fmt.Errorf("log entry %d cannot be read: %w", i, err)
-		case l.Index != i:
-			return fmt.Errorf("log entry %d is stored as index %d", i, l.Index)
-		case l.Type == raft.LogCommand:
-			if _, err := DecodeLogEntry(l.Data); err != nil {
-				var nu *fsm.NeedsUpgradeError
-				if errors.As(err, &nu) {
-					// Not damage: a newer dmsc wrote it (openStores).
-					return &HaltError{Index: i, Err: err}
-				}
-				return fmt.Errorf("log entry %d is corrupt: %w", i, err)
-			}
-		}
-	}
+	// The snapshots first: log entries at or below the newest readable one
+	// are not needed, and after a snapshot is installed from the leader
+	// Raft leaves the log with a hole below it (it compacts only up to
+	// its trailing logs), which is no damage.
 	metas, err := snaps.List()
 	if err != nil {
 		return fmt.Errorf("snapshots: %w", err)
@@ -142,6 +127,27 @@ func checkRaftState(logs raft.LogStore, snaps raft.SnapshotStore) error {
 	}
 	if len(metas) > 0 && usable == 0 && last == 0 {
 		return fmt.Errorf("%v; no snapshot can be read and the log is empty", bad)
+	}
+	for i := first; i <= last && last > 0; i++ {
+		var l raft.Log
+		err := guard(func() error { return logs.GetLog(i, &l) })
+		switch {
+		case errors.Is(err, raft.ErrLogNotFound) && i <= usable:
+			continue // below the snapshot: not needed
+		case err != nil:
+			return fmt.Errorf("log entry %d cannot be read: %w", i, err)
+		case l.Index != i:
+			return fmt.Errorf("log entry %d is stored as index %d", i, l.Index)
+		case l.Type == raft.LogCommand:
+			if _, err := DecodeLogEntry(l.Data); err != nil {
+				var nu *fsm.NeedsUpgradeError
+				if errors.As(err, &nu) {
+					// Not damage: a newer dmsc wrote it (openStores).
+					return &HaltError{Index: i, Err: err}
+				}
+				return fmt.Errorf("log entry %d is corrupt: %w", i, err)
+			}
+		}
 	}
 	return nil
 }
