@@ -13,11 +13,18 @@ import (
 // command and no inventory request; a host whose inventory changed is
 // registered again.
 func TestNewLeaderSkipsUnchangedHosts(t *testing.T) {
-	tc := newTestCluster(t, nil)
+	// Slower failure detection and a long grace: a host that a loaded
+	// machine's gossip suspects for a moment is not marked down (which
+	// would rightly cost a registration when it comes back).
+	tc := newTestCluster(t, func(c *Config) {
+		c.GossipProbeInterval = 500 * time.Millisecond
+		c.GossipSuspicionMult = 4
+		c.HostDownGrace = time.Minute
+	})
 	servers := tc.servers(3)
 	leader := tc.waitLeader(servers...)
 
-	const nHosts = 6
+	const nHosts = 4
 	invs := make([]*inventory, nHosts)
 	hosts := make([]*Node, nHosts)
 	for i := range invs {
@@ -28,7 +35,14 @@ func TestNewLeaderSkipsUnchangedHosts(t *testing.T) {
 		hosts[i] = tc.start(hc)
 	}
 	for i := range hosts {
-		h := waitHost(t, leader, fmt.Sprintf("host-%d", i), true, 1, fsm.Available)
+		id := fmt.Sprintf("host-%d", i)
+		poll(t, time.Minute, id+" registered", func() error {
+			if h, _, ok := hostView(t, leader, id); !ok || h.InventoryHash != advertised(hosts[i]) {
+				return fmt.Errorf("host %+v", h)
+			}
+			return nil
+		})
+		h, _, _ := hostView(t, leader, id)
 		if h.InventoryHash == "" || h.InventoryHash != advertised(hosts[i]) {
 			t.Fatalf("host-%d registered with hash %q, advertises %q", i, h.InventoryHash, advertised(hosts[i]))
 		}
@@ -62,7 +76,12 @@ func TestNewLeaderSkipsUnchangedHosts(t *testing.T) {
 
 	// A changed inventory still goes through the pull and is registered.
 	invs[2].add(gpu("h2-gpu-2", 80))
-	waitHost(t, newLeader, "host-2", true, 2, fsm.Available)
+	poll(t, time.Minute, "host-2 registered again", func() error {
+		if h, _, _ := hostView(t, newLeader, "host-2"); len(h.Devices) != 2 || h.InventoryHash != advertised(hosts[2]) {
+			return fmt.Errorf("host %+v", h)
+		}
+		return nil
+	})
 	time.Sleep(10 * newLeader.cfg.ReconcileInterval)
 	for i, s := range survivors {
 		if d := s.fsm.CommandsApplied(fsm.RegisterHostType) - regBefore[i]; d != 1 {
