@@ -191,7 +191,7 @@ func hostToWire(h fsm.Host) wire.Host {
 	if devices == nil {
 		devices = []string{}
 	}
-	return wire.Host{ID: h.ID, Address: h.Address, Labels: h.Labels, Up: h.Up, Since: unixTime(h.Since), Devices: devices}
+	return wire.Host{ID: h.ID, Address: h.Address, Labels: h.Labels, Up: h.Up, Since: unixTime(h.Since), Devices: devices, InventoryHash: h.InventoryHash}
 }
 
 func policyConfigToWire(c fsm.PolicyConfig) wire.PolicyConfig {

@@ -132,6 +132,16 @@ var (
 		"Devices by type and status (in_use counts devices holding an allocation).", []string{"type", "status"}, nil)
 	descHosts = prometheus.NewDesc("dmsc_hosts",
 		"Registered hosts by state.", []string{"state"}, nil)
+	descStateHosts = prometheus.NewDesc("dmsc_state_hosts",
+		"Hosts in the replicated state.", nil, nil)
+	descStateDevices = prometheus.NewDesc("dmsc_state_devices",
+		"Devices in the replicated state.", nil, nil)
+	descStateLive = prometheus.NewDesc("dmsc_state_allocations_live",
+		"Live (pending and active) allocations in the replicated state.", nil, nil)
+	descStateHistory = prometheus.NewDesc("dmsc_state_history_records",
+		"Ended allocations the history keeps (bounded by the retention max_count and max_age).", nil, nil)
+	descStateBytes = prometheus.NewDesc("dmsc_state_estimated_bytes",
+		"Estimated heap bytes of the replicated state: the counts above times the measured bytes per item (BENCHMARKS.md, Memory).", nil, nil)
 )
 
 // stateCollector reads the local replica at each scrape.
@@ -139,7 +149,8 @@ type stateCollector struct{ s *Server }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIndex, descKnownLeader, descIsLeader, descLastContact, descCommitIndex,
-		descAppliedIndex, descDivergence, descReplicaFailed, descQueue, descAllocations, descUtilisation, descFragmentation, descDevices, descHosts} {
+		descAppliedIndex, descDivergence, descReplicaFailed, descQueue, descAllocations, descUtilisation, descFragmentation, descDevices, descHosts,
+		descStateHosts, descStateDevices, descStateLive, descStateHistory, descStateBytes} {
 		ch <- d
 	}
 }
@@ -167,11 +178,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		queue    int
 		stats    []fsm.Stats
 		up, down int
+		sizes    fsm.Sizes
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeReadTimeout)
 	defer cancel()
 	meta, err := c.s.b.Read(ctx, cluster.ReadOptions{}, func(s *fsm.State) {
 		queue = len(s.Queue())
+		sizes = s.Sizes()
 		stats = s.Stats(fsm.StatsFilter{Pool: fsm.AllPools})
 		for _, h := range s.Hosts() {
 			if h.Up {
@@ -189,6 +202,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descQueue, float64(queue))
 	gauge(descHosts, float64(up), "up")
 	gauge(descHosts, float64(down), "down")
+	gauge(descStateHosts, float64(sizes.Hosts))
+	gauge(descStateDevices, float64(sizes.Devices))
+	gauge(descStateLive, float64(sizes.LiveAllocations))
+	gauge(descStateHistory, float64(sizes.HistoryRecords))
+	gauge(descStateBytes, float64(sizes.EstimatedBytes()))
 	for _, t := range stats {
 		typ := string(t.Type)
 		n := t.Counts

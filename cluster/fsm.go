@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -52,6 +53,17 @@ type RaftFSM struct {
 
 	// version is this server's dmsc version, for HaltError.
 	version string
+
+	// applies counts the commands this replica applied, by type (since
+	// the process started; not replicated, not in snapshots).
+	applies [256]atomic.Uint64
+}
+
+// CommandsApplied returns how many commands of type t this replica has
+// applied since it started (refused ones included; replayed log entries
+// too).
+func (f *RaftFSM) CommandsApplied(t fsm.CommandType) uint64 {
+	return f.applies[uint8(t)].Load()
 }
 
 // HaltError is the log entry a replica could not apply. The replica stops
@@ -144,6 +156,7 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			if f.fault != nil {
 				f.fault(l.Index, c)
 			}
+			f.applies[uint8(c.Type())].Add(1)
 			res, changed := f.state.ApplyChanged(l.Index, c)
 			if changed {
 				f.modified = l.Index

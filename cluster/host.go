@@ -49,6 +49,7 @@ func (n *Node) RPCInventory(ctx context.Context) (transport.InventoryResponse, e
 	if n.cfg.Inventory == nil {
 		return transport.InventoryResponse{}, &fsm.Error{Code: fsm.ErrNotFound.Code, Message: "node " + n.cfg.NodeID + " carries no devices"}
 	}
+	n.invServed.Add(1)
 	n.invMu.Lock()
 	inv := n.inv
 	n.invMu.Unlock()

@@ -60,7 +60,6 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	n.serverMissing = map[string]time.Time{}
 	n.stableSince = map[string]time.Time{}
 	n.hostMissing = map[string]time.Time{}
-	n.hostInv = map[string]string{}
 	n.hostRetry = map[string]time.Time{}
 	for failures := 0; ; {
 		err := n.establishLeadership(ctx)
@@ -213,8 +212,13 @@ func (n *Node) reconcileHosts(ctx context.Context, list []memberInfo, byID map[s
 			continue
 		}
 		delete(n.hostMissing, m.id)
+		// A live host registered up at the same address with the
+		// inventory it advertises costs nothing, also to a new leader:
+		// the replicated record holds the hash it was registered with,
+		// and that registration passed the token and certificate checks.
+		// Any difference goes through the full pull and check.
 		h, ok := registered[m.id]
-		if ok && h.Up && h.Address == m.meta.RPC && n.hostInv[m.id] == m.meta.Inv {
+		if ok && h.Up && h.Address == m.meta.RPC && m.meta.Inv != "" && h.InventoryHash == m.meta.Inv {
 			continue
 		}
 		if now.Before(n.hostRetry[m.id]) {
@@ -223,8 +227,8 @@ func (n *Node) reconcileHosts(ctx context.Context, list []memberInfo, byID map[s
 		todo = append(todo, m)
 	}
 	type outcome struct {
-		id, hash string
-		err      error
+		id  string
+		err error
 	}
 	results := make([]outcome, len(todo))
 	sem := make(chan struct{}, inventoryFetchers)
@@ -234,8 +238,7 @@ func (n *Node) reconcileHosts(ctx context.Context, list []memberInfo, byID map[s
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			hash, err := n.registerHost(ctx, m)
-			results[i] = outcome{id: m.id, hash: hash, err: err}
+			results[i] = outcome{id: m.id, err: n.registerHost(ctx, m)}
 		}()
 	}
 	wg.Wait()
@@ -247,7 +250,6 @@ func (n *Node) reconcileHosts(ctx context.Context, list []memberInfo, byID map[s
 			n.hostRetry[r.id] = now.Add(2 * n.cfg.ReconcileInterval)
 			continue
 		}
-		n.hostInv[r.id] = r.hash
 		delete(n.hostRetry, r.id)
 	}
 
@@ -273,24 +275,22 @@ func (n *Node) reconcileHosts(ctx context.Context, list []memberInfo, byID map[s
 			if ctx.Err() == nil {
 				n.log.Warn("marking host down failed", "host", h.ID, "error", err)
 			}
-			continue
 		}
-		delete(n.hostInv, h.ID)
 	}
 }
 
-// registerHost fetches a host's inventory and registers it through Raft;
-// it returns the hash of the inventory registered.
-func (n *Node) registerHost(ctx context.Context, m memberInfo) (string, error) {
+// registerHost fetches a host's inventory and registers it through Raft
+// with the inventory's hash, which the host record keeps.
+func (n *Node) registerHost(ctx context.Context, m memberInfo) error {
 	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	inv, err := n.rpc.Inventory(toHost(fctx, m), m.meta.RPC)
 	cancel()
 	if err != nil {
-		return "", err
+		return err
 	}
 	if n.cfg.ACLEnabled {
 		if err := n.checkHostToken(m.id, inv.Token); err != nil {
-			return "", err
+			return err
 		}
 	}
 	hash := transport.InventoryHash(inv)
@@ -298,14 +298,14 @@ func (n *Node) registerHost(ctx context.Context, m memberInfo) (string, error) {
 	spec.ID = m.id
 	spec.Address = m.meta.RPC
 	n.log.Info("registering host", "host", m.id, "devices", len(inv.Devices))
-	res, err := n.applyLeader(ctx, &fsm.RegisterHost{Host: spec, Devices: inv.Devices})
+	res, err := n.applyLeader(ctx, &fsm.RegisterHost{Host: spec, Devices: inv.Devices, InventoryHash: hash})
 	if err != nil {
-		return "", err
+		return err
 	}
 	if res.Err != nil {
-		return "", res.Err
+		return res.Err
 	}
-	return hash, nil
+	return nil
 }
 
 // bootstrapLoop starts a new cluster once BootstrapExpect servers with the

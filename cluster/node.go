@@ -77,12 +77,13 @@ type Node struct {
 	invMu   sync.Mutex
 	inv     transport.InventoryResponse
 	invHash string
+	// invServed counts the inventory requests this host answered.
+	invServed atomic.Uint64
 
 	// Leader-only bookkeeping, touched by the reconcile loop alone.
 	serverMissing map[string]time.Time
 	stableSince   map[string]time.Time
 	hostMissing   map[string]time.Time
-	hostInv       map[string]string
 	hostRetry     map[string]time.Time
 
 	nextServer atomic.Uint64 // round robin of a host forwarding writes

@@ -56,6 +56,10 @@ type RegisterHost struct {
 	Meta
 	Host    HostSpec     `json:"host"`
 	Devices []DeviceSpec `json:"devices"`
+	// InventoryHash is the hash of the inventory the leader pulled from
+	// the host (transport.InventoryHash); the host record keeps it. Empty
+	// for a registration through the API, which so clears it.
+	InventoryHash string `json:"inventory_hash,omitempty"`
 }
 
 // RemoveHost forgets a host and its devices; its allocations are lost.

@@ -180,6 +180,11 @@ type Host struct {
 	Since int64 `json:"since"`
 	// Devices are the IDs of the host's devices, sorted.
 	Devices []string `json:"devices"`
+	// InventoryHash is the hash of the inventory the host was last
+	// registered with, as its RegisterHost command carried it (empty for
+	// a host registered through the API). A new leader skips
+	// re-registering a live host whose gossiped hash equals it.
+	InventoryHash string `json:"inventory_hash,omitempty"`
 
 	load map[DeviceType]*hostLoad
 }

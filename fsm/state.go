@@ -199,12 +199,18 @@ func (s *State) lookup(id string) *Allocation {
 // MaxDevicesPerHost bounds one host's inventory.
 const MaxDevicesPerHost = 4096
 
+// MaxInventoryHashLength bounds RegisterHost.InventoryHash.
+const MaxInventoryHashLength = 64
+
 func (s *State) registerHost(c *RegisterHost) Result {
 	if !ValidID(c.Host.ID) {
 		return Result{Err: errf(ErrInvalid, "host id %q is not 1 to %d letters, digits or -_.:@+=", c.Host.ID, MaxIDLength)}
 	}
 	if len(c.Devices) > MaxDevicesPerHost {
 		return Result{Err: errf(ErrInvalid, "host %q reports %d devices, more than %d", c.Host.ID, len(c.Devices), MaxDevicesPerHost)}
+	}
+	if len(c.InventoryHash) > MaxInventoryHashLength {
+		return Result{Err: errf(ErrInvalid, "host %q: inventory hash longer than %d", c.Host.ID, MaxInventoryHashLength)}
 	}
 	seen := map[string]bool{}
 	for i := range c.Devices {
@@ -233,6 +239,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		s.hosts[h.ID] = h
 	}
 	h.HostSpec = c.Host
+	h.InventoryHash = c.InventoryHash
 	wanted := map[string]DeviceSpec{}
 	for _, d := range c.Devices {
 		d.Labels = mergeLabels(c.Host.Labels, d.Labels)

@@ -317,6 +317,10 @@ type Host struct {
 	Since time.Time `json:"since,omitzero"`
 	// Devices are the IDs of the host's devices, sorted.
 	Devices []string `json:"devices"`
+	// InventoryHash is the hash of the inventory the host was last
+	// registered with by the leader (empty for a host registered
+	// through the API).
+	InventoryHash string `json:"inventory_hash,omitempty"`
 }
 
 // NodeStatus is a node's health summary (GET /v1/ready, /v1/agent/self).
