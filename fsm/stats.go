@@ -334,7 +334,10 @@ func (s *State) devicePools() map[DeviceType]map[string]bool {
 // The allocation figures are assembled from the aggregates kept as
 // commands apply (stats_agg.go); statsFromScratch in the tests computes
 // the same figures from every allocation.
-func (s *State) Stats(f StatsFilter) []Stats {
+func (s *State) Stats(f StatsFilter) []Stats { return s.statsWith(f, s.statsEntry) }
+
+// statsWith is Stats with entry completing each entry.
+func (s *State) statsWith(f StatsFilter, entry func(DeviceType, string, outcomeSummary) Stats) []Stats {
 	var ns []string
 	for _, n := range f.Namespaces {
 		if !slices.Contains(ns, n) {
@@ -379,7 +382,7 @@ func (s *State) Stats(f StatsFilter) []Stats {
 			for _, p := range sortedKeys(sets) {
 				all = append(all, sets[p]...)
 			}
-			out = append(out, s.statsOfAgg(t, AllPools, all))
+			out = append(out, entry(t, AllPools, all.summary(s.now)))
 		}
 		if f.Pool == AllPools {
 			continue
@@ -388,16 +391,15 @@ func (s *State) Stats(f StatsFilter) []Stats {
 			if f.Pool != "" && p != f.Pool {
 				continue
 			}
-			out = append(out, s.statsOfAgg(t, p, sets[p]))
+			out = append(out, entry(t, p, sets[p].summary(s.now)))
 		}
 	}
 	return out
 }
 
-// statsOfAgg computes one Stats entry from the buckets of its allocations.
-func (s *State) statsOfAgg(t DeviceType, pool string, set aggSet) Stats {
-	c := set.counts()
-	return s.statsEntry(t, pool, outcomeSummary{counts: c, duration: set.durations(s.now), queueWait: set.waits()})
+// summary is the allocation figures of the buckets.
+func (bs aggSet) summary(now int64) outcomeSummary {
+	return outcomeSummary{counts: bs.counts(), duration: bs.durations(now), queueWait: bs.waits()}
 }
 
 // statsEntry completes a Stats entry with the figures of the devices.
