@@ -126,10 +126,12 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 		a.EndedAt = s.now
 		a.Reason = "no capacity"
 		s.history.add(a)
+		s.aggLiveEnter(a)
 		return Result{Allocation: a.clone(), Err: &Error{Code: ErrNoCapacity.Code, Message: why.Summary, WhyNot: why}}
 	}
 	a.Deadline = s.now + int64(a.Request.Timeout)
 	s.allocs[a.ID] = a
+	s.aggLiveEnter(a)
 	s.queue.ReplaceOrInsert(queueKeyOf(a))
 	s.timers.ReplaceOrInsert(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
 	return Result{Allocation: a.clone()}
@@ -137,6 +139,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 
 // activate gives a pending allocation the devices of a placement.
 func (s *State) activate(a *Allocation, p *placement) {
+	s.aggLiveLeave(a)
 	if a.Status == Pending && a.Deadline != 0 {
 		s.queue.Delete(queueKeyOf(a))
 		s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
@@ -166,11 +169,13 @@ func (s *State) activate(a *Allocation, p *placement) {
 			}
 		}
 	}
+	s.aggLiveEnter(a)
 }
 
 // endAllocation moves a live allocation to a final status and frees what
 // it held. It does not re-examine the queue; callers do.
 func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) {
+	s.aggLiveLeave(a)
 	switch a.Status {
 	case Active:
 		for _, as := range a.Devices {
@@ -199,6 +204,7 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 	a.ModifyIndex = s.last
 	delete(s.allocs, a.ID)
 	s.history.add(a)
+	s.aggEnded(a)
 }
 
 // notLive explains why a command in namespace ns cannot act on an

@@ -307,3 +307,63 @@ func TestAllocIDForMatchesNewSHA1(t *testing.T) {
 		}
 	}
 }
+
+// benchHistoryState is benchStatsState's cluster with its history grown
+// to history entries by a test-only builder: copies of one-GPU
+// allocations that ended, with durations and waits drawn from a seeded
+// generator, filed straight into the history, then the aggregates
+// rebuilt as Restore rebuilds them. Applying a million commands would
+// cost the benchmark's setup minutes.
+func benchHistoryState(b *testing.B, hosts, history int) *harness {
+	h := benchStatsState(b, hosts)
+	s := h.s
+	s.retention = Retention{MaxCount: MaxRetentionCount, MaxAge: 365 * 24 * time.Hour}
+	rng := rand.New(rand.NewPCG(3, 4))
+	devs := sortedKeys(s.devices)
+	statuses := []AllocStatus{Released, Released, Released, Expired, Lost, Preempted, TimedOut, Failed}
+	for s.history.len() < history {
+		s.seq++
+		st := statuses[rng.IntN(len(statuses))]
+		a := &Allocation{
+			ID: fmt.Sprintf("hist-%07d", s.seq), Namespace: DefaultNamespace, Status: st, Seq: s.seq,
+			Request:     Request{Claims: []Claim{{Type: GPU, Count: 1}}, Priority: rng.IntN(3)},
+			RequestedAt: s.now - int64(rng.IntN(int(48*time.Hour))),
+		}
+		a.EndedAt = a.RequestedAt + int64(rng.IntN(int(time.Minute)))
+		if st != TimedOut && st != Failed {
+			a.AllocatedAt = a.EndedAt
+			a.EndedAt += int64(rng.IntN(int(6 * time.Hour)))
+			a.Devices = []Assignment{{DeviceID: devs[rng.IntN(len(devs))]}}
+		}
+		s.history.add(a)
+	}
+	s.rebuildStatsAgg()
+	return h
+}
+
+// BenchmarkStatsScale reads the statistics and recommendations of large
+// states; "scratch" is the from-scratch reference, what Stats cost before
+// the aggregates.
+//
+//	go test -run '^$' -bench 'Stats|Recommend' -count 5 ./fsm/
+func BenchmarkStatsScale(b *testing.B) {
+	for _, size := range []struct{ hosts, history int }{{1250, 100000}, {12500, 1000000}} {
+		h := benchHistoryState(b, size.hosts, size.history)
+		name := fmt.Sprintf("devices=%d/history=%d", size.hosts*8, size.history)
+		b.Run("stats/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				h.s.Stats(StatsFilter{})
+			}
+		})
+		b.Run("stats-scratch/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				h.s.statsFromScratch(StatsFilter{})
+			}
+		})
+		b.Run("recommend/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				h.s.Recommend("")
+			}
+		})
+	}
+}

@@ -51,7 +51,9 @@ func (h *history) each(f func(*Allocation) bool) {
 	}
 }
 
-func (h *history) trim(now int64, r Retention) {
+// trim drops what the retention no longer keeps, telling dropped about
+// each entry before it goes.
+func (h *history) trim(now int64, r Retention, dropped func(*Allocation)) {
 	cutoff := now - int64(r.MaxAge)
 	for h.len() > 0 {
 		a := h.list[h.head]
@@ -60,6 +62,7 @@ func (h *history) trim(now int64, r Retention) {
 		}
 		delete(h.byID, a.ID)
 		h.list[h.head] = nil
+		dropped(a)
 		h.head++
 	}
 	if h.head > 1024 && h.head > len(h.list)/2 {

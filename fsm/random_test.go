@@ -143,6 +143,19 @@ func TestRandomLog(t *testing.T) {
 		if err := primary.CheckInvariants(); err != nil {
 			fail(i, &st, "invariant violated: %v", err)
 		}
+		// The statistics kept as commands apply equal a recomputation
+		// after every command, under a filter that changes each time.
+		if err := fsm.CheckStatsAgainstScratch(primary, i); err != nil {
+			fail(i, &st, "%v", err)
+		}
+		for _, r := range replicas {
+			if i%64 != 0 {
+				break
+			}
+			if err := fsm.CheckStatsAgainstScratch(r.s, -1); err != nil {
+				fail(i, &st, "replica restored after command %d: %v", r.from, err)
+			}
+		}
 		fresh := res.Index == idx
 		prevView := view
 		view = observe(primary)

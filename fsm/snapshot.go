@@ -220,6 +220,7 @@ func Restore(r io.Reader) (*State, error) {
 	for _, id := range sortedKeys(s.devices) {
 		s.reindex(s.devices[id])
 	}
+	s.rebuildStatsAgg()
 	if err := s.CheckInvariants(); err != nil {
 		return nil, errf(ErrSnapshot, "%v", err)
 	}

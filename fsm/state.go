@@ -34,6 +34,8 @@ type State struct {
 	acl            *aclState
 
 	idx *index
+	// agg holds the figures of Stats (stats_agg.go), derived state.
+	agg *statsAgg
 }
 
 // Result is what applying a command gives back.
@@ -64,6 +66,7 @@ func New() *State {
 		retention:    DefaultRetention,
 		shapes:       newShapeWindow(),
 		idx:          newIndex(),
+		agg:          newStatsAgg(),
 
 		removedServers: map[string]int64{},
 		acl:            newACLState(),
@@ -121,7 +124,7 @@ func (s *State) Apply(idx uint64, c Command) Result {
 		s.cache.put(e)
 	}
 	s.cache.trim(s.now)
-	s.history.trim(s.now, s.retention)
+	s.history.trim(s.now, s.retention, s.aggDropped)
 	return res
 }
 
@@ -259,7 +262,9 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		}
 		s.unindex(d)
 		s.removeClassDevice(d)
+		s.aggDeviceChanging(id)
 		delete(s.devices, id)
+		s.aggDeviceChanged(id)
 		h.Devices = removeSorted(h.Devices, id)
 		s.hostDevicesChanged(h)
 	}
@@ -279,7 +284,9 @@ func (s *State) registerHost(c *RegisterHost) Result {
 			continue
 		}
 		d := &Device{DeviceSpec: wanted[spec.ID], Host: h.ID, Status: Available}
+		s.aggDeviceChanging(d.ID)
 		s.devices[d.ID] = d
+		s.aggDeviceChanged(d.ID)
 		s.addClassDevice(d)
 		h.Devices = insertSorted(h.Devices, d.ID)
 		s.hostDevicesChanged(h)
@@ -341,7 +348,9 @@ func (s *State) removeHost(c *RemoveHost) Result {
 		d := s.devices[id]
 		s.unindex(d)
 		s.removeClassDevice(d)
+		s.aggDeviceChanging(id)
 		delete(s.devices, id)
+		s.aggDeviceChanged(id)
 	}
 	delete(s.hosts, h.ID)
 	return Result{}

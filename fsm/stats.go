@@ -97,13 +97,15 @@ func summarizeDurations(ds []int64) DurationStats {
 		return DurationStats{}
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	sum := 0.0
+	// An exact sum, rounded once: the incremental statistics
+	// (stats_agg.go) sum in another order and must give the same mean.
+	var sum u128
 	for _, d := range ds {
-		sum += float64(d)
+		sum.add(uint64(d))
 	}
 	return DurationStats{
 		Count: len(ds),
-		Mean:  sum / float64(len(ds)) / 1e9,
+		Mean:  sum.float() / float64(len(ds)) / 1e9,
 		P50:   float64(nearestRank(ds, 0.50)) / 1e9,
 		P95:   float64(nearestRank(ds, 0.95)) / 1e9,
 	}
@@ -329,31 +331,58 @@ func (s *State) devicePools() map[DeviceType]map[string]bool {
 // every pool (Pool == AllPools) followed by one entry per pool, sorted by
 // pool name. Types come in DeviceTypes order. A type appears when it has
 // devices or allocations; a type named by the filter always has its total.
-func (s *State) Stats(f StatsFilter) []Stats {
-	buckets := s.allocBuckets(f.Type, f.Namespaces)
-	pools := s.devicePools()
+// The allocation figures are assembled from the aggregates kept as
+// commands apply (stats_agg.go); statsFromScratch in the tests computes
+// the same figures from every allocation.
+func (s *State) Stats(f StatsFilter) []Stats { return s.statsWith(f, s.statsEntry) }
+
+// statsWith is Stats with entry completing each entry.
+func (s *State) statsWith(f StatsFilter, entry func(DeviceType, string, outcomeSummary) Stats) []Stats {
+	var ns []string
+	for _, n := range f.Namespaces {
+		if !slices.Contains(ns, n) {
+			ns = append(ns, n)
+		}
+	}
 	out := []Stats{}
 	for _, t := range DeviceTypes {
 		if f.Type != "" && t != f.Type {
 			continue
 		}
+		sets := map[string]aggSet{}
+		for p, byNS := range s.agg.buckets[t] {
+			var set aggSet
+			if len(ns) == 0 {
+				for _, b := range byNS { // order-free: sums and counts
+					set = append(set, b)
+				}
+			} else {
+				for _, n := range ns {
+					if b := byNS[n]; b != nil {
+						set = append(set, b)
+					}
+				}
+			}
+			if len(set) > 0 {
+				sets[p] = set
+			}
+		}
 		names := map[string]bool{}
-		for p := range pools[t] {
+		for p := range s.agg.devPools[t] {
 			names[p] = true
 		}
-		for p := range buckets[t] {
+		for p := range sets {
 			names[p] = true
 		}
 		if len(names) == 0 && f.Type == "" {
 			continue
 		}
 		if f.Pool == "" || f.Pool == AllPools {
-			var all []*Allocation
-			for _, p := range sortedKeys(buckets[t]) {
-				all = append(all, buckets[t][p]...)
+			var all aggSet
+			for _, p := range sortedKeys(sets) {
+				all = append(all, sets[p]...)
 			}
-			sort.Slice(all, func(i, j int) bool { return all[i].Seq < all[j].Seq })
-			out = append(out, s.statsOf(t, AllPools, all))
+			out = append(out, entry(t, AllPools, all.summary(s.now)))
 		}
 		if f.Pool == AllPools {
 			continue
@@ -362,16 +391,20 @@ func (s *State) Stats(f StatsFilter) []Stats {
 			if f.Pool != "" && p != f.Pool {
 				continue
 			}
-			out = append(out, s.statsOf(t, p, buckets[t][p]))
+			out = append(out, entry(t, p, sets[p].summary(s.now)))
 		}
 	}
 	return out
 }
 
-// statsOf computes one Stats entry from its allocations (in Seq order).
-func (s *State) statsOf(t DeviceType, pool string, list []*Allocation) Stats {
+// summary is the allocation figures of the buckets.
+func (bs aggSet) summary(now int64) outcomeSummary {
+	return outcomeSummary{counts: bs.counts(), duration: bs.durations(now), queueWait: bs.waits()}
+}
+
+// statsEntry completes a Stats entry with the figures of the devices.
+func (s *State) statsEntry(t DeviceType, pool string, sum outcomeSummary) Stats {
 	in := onePool(pool)
-	sum := s.summarize(list)
 	policyPool := pool
 	if pool == AllPools {
 		policyPool = ""

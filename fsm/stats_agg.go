@@ -1,0 +1,591 @@
+package fsm
+
+import (
+	"math"
+	"math/big"
+	"math/bits"
+)
+
+// The allocation figures of Stats (outcome counts, durations, queue waits)
+// are kept as commands apply, so that a read assembles them in a time that
+// does not grow with the history. They are derived state: never
+// serialized, rebuilt on restore (rebuildStatsAgg).
+//
+// Every allocation counts in one bucket, (type, pool, namespace), the pool
+// as statsPool gives it. A bucket keeps:
+//   - the outcome counts;
+//   - the durations of ended allocations that got devices, and the
+//     allocation times of active ones (whose duration runs to now), each
+//     in an order-statistic tree with its exact sum;
+//   - the queue waits of every allocation that got devices.
+//
+// Percentiles over several buckets (every pool of a type, several
+// namespaces) are found by a binary search over the value, counting in
+// each tree; means come from exact 128-bit sums. So the figures equal a
+// from-scratch computation exactly, whatever the order of the updates.
+//
+// statsPool reads the allocation's first device: when a device joins or
+// leaves the inventory, the allocations whose first device it is move
+// between buckets (byFirstDev).
+
+// u128 is an unsigned 128-bit sum.
+type u128 struct{ hi, lo uint64 }
+
+func (u *u128) add(v uint64) {
+	var c uint64
+	u.lo, c = bits.Add64(u.lo, v, 0)
+	u.hi += c
+}
+
+func (u *u128) sub(v uint64) {
+	var b uint64
+	u.lo, b = bits.Sub64(u.lo, v, 0)
+	u.hi -= b
+}
+
+func (u u128) plus(v u128) u128 {
+	lo, c := bits.Add64(u.lo, v.lo, 0)
+	return u128{hi: u.hi + v.hi + c, lo: lo}
+}
+
+func (u u128) minus(v u128) u128 {
+	lo, b := bits.Sub64(u.lo, v.lo, 0)
+	return u128{hi: u.hi - v.hi - b, lo: lo}
+}
+
+// mul64 is a times b, both non-negative.
+func mul64(a, b uint64) u128 {
+	hi, lo := bits.Mul64(a, b)
+	return u128{hi: hi, lo: lo}
+}
+
+// float is the sum rounded to the nearest float64.
+func (u u128) float() float64 {
+	if u.hi == 0 {
+		return float64(u.lo)
+	}
+	x := new(big.Int).SetUint64(u.hi)
+	x.Lsh(x, 64).Or(x, new(big.Int).SetUint64(u.lo))
+	f, _ := new(big.Float).SetInt(x).Float64()
+	return f
+}
+
+// ostNode is a node of an order-statistic treap: a value, how many times
+// it is held, and the count of its subtree.
+type ostNode struct {
+	v           int64
+	n, size     int
+	left, right *ostNode
+}
+
+// ostPrio is a node's heap priority, a hash of its value: deterministic,
+// and balanced in expectation.
+func ostPrio(v int64) uint64 {
+	z := uint64(v) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func (t *ostNode) sz() int {
+	if t == nil {
+		return 0
+	}
+	return t.size
+}
+
+func (t *ostNode) fix() { t.size = t.n + t.left.sz() + t.right.sz() }
+
+// ostTree is a multiset of int64 with rank queries and an exact sum of
+// its (non-negative) values.
+type ostTree struct {
+	root *ostNode
+	sum  u128
+}
+
+func (o *ostTree) len() int { return o.root.sz() }
+
+func rotRight(t *ostNode) *ostNode {
+	l := t.left
+	t.left = l.right
+	l.right = t
+	t.fix()
+	l.fix()
+	return l
+}
+
+func rotLeft(t *ostNode) *ostNode {
+	r := t.right
+	t.right = r.left
+	r.left = t
+	t.fix()
+	r.fix()
+	return r
+}
+
+func ostInsert(t *ostNode, v int64) *ostNode {
+	if t == nil {
+		return &ostNode{v: v, n: 1, size: 1}
+	}
+	switch {
+	case v == t.v:
+		t.n++
+	case v < t.v:
+		t.left = ostInsert(t.left, v)
+		if ostPrio(t.left.v) > ostPrio(t.v) {
+			t.fix()
+			return rotRight(t)
+		}
+	default:
+		t.right = ostInsert(t.right, v)
+		if ostPrio(t.right.v) > ostPrio(t.v) {
+			t.fix()
+			return rotLeft(t)
+		}
+	}
+	t.fix()
+	return t
+}
+
+func ostDelete(t *ostNode, v int64) *ostNode {
+	if t == nil {
+		panic("fsm: statistics remove a value they do not hold")
+	}
+	switch {
+	case v < t.v:
+		t.left = ostDelete(t.left, v)
+	case v > t.v:
+		t.right = ostDelete(t.right, v)
+	case t.n > 1:
+		t.n--
+	default:
+		return ostJoin(t.left, t.right)
+	}
+	t.fix()
+	return t
+}
+
+// ostJoin joins two treaps, every value of a below every value of b.
+func ostJoin(a, b *ostNode) *ostNode {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	if ostPrio(a.v) > ostPrio(b.v) {
+		a.right = ostJoin(a.right, b)
+		a.fix()
+		return a
+	}
+	b.left = ostJoin(a, b.left)
+	b.fix()
+	return b
+}
+
+func (o *ostTree) insert(v int64) {
+	o.root = ostInsert(o.root, v)
+	o.sum.add(uint64(v))
+}
+
+func (o *ostTree) remove(v int64) {
+	o.root = ostDelete(o.root, v)
+	o.sum.sub(uint64(v))
+}
+
+// countLE is how many values are at most v.
+func (o *ostTree) countLE(v int64) int {
+	n := 0
+	for t := o.root; t != nil; {
+		if v < t.v {
+			t = t.left
+			continue
+		}
+		n += t.left.sz() + t.n
+		t = t.right
+	}
+	return n
+}
+
+// countLT is how many values are below v.
+func (o *ostTree) countLT(v int64) int {
+	if v == math.MinInt64 {
+		return 0
+	}
+	return o.countLE(v - 1)
+}
+
+func (o *ostTree) min() int64 {
+	t := o.root
+	for t.left != nil {
+		t = t.left
+	}
+	return t.v
+}
+
+func (o *ostTree) max() int64 {
+	t := o.root
+	for t.right != nil {
+		t = t.right
+	}
+	return t.v
+}
+
+// allocAgg is the figures of one bucket.
+type allocAgg struct {
+	counts OutcomeCounts
+	// ended holds the durations of ended allocations that got devices;
+	// active the allocation times of the active ones.
+	ended, active ostTree
+	waits         ostTree
+}
+
+func (c *OutcomeCounts) addSigned(a *Allocation, sign int) {
+	var one OutcomeCounts
+	one.add(a)
+	c.Total += sign * one.Total
+	c.Successful += sign * one.Successful
+	c.Released += sign * one.Released
+	c.Failed += sign * one.Failed
+	c.TimedOut += sign * one.TimedOut
+	c.Preempted += sign * one.Preempted
+	c.Expired += sign * one.Expired
+	c.Lost += sign * one.Lost
+	c.Cancelled += sign * one.Cancelled
+	c.Active += sign * one.Active
+	c.Pending += sign * one.Pending
+}
+
+// aggKey names a bucket.
+type aggKey struct {
+	t    DeviceType
+	pool string
+	ns   string
+}
+
+// devAllocs lists the allocations whose first device is one device, some
+// of them perhaps dropped from the history since (dead counts them).
+type devAllocs struct {
+	list []*Allocation
+	dead int
+}
+
+// statsAgg is the derived state behind Stats.
+type statsAgg struct {
+	buckets map[DeviceType]map[string]map[string]*allocAgg // type, pool, namespace
+	// pending holds the queued allocations counted as pending.
+	pending    map[*Allocation]bool
+	byFirstDev map[string]*devAllocs
+	// devPools counts the devices per type and pool.
+	devPools map[DeviceType]map[string]int
+}
+
+func newStatsAgg() *statsAgg {
+	return &statsAgg{
+		buckets:    map[DeviceType]map[string]map[string]*allocAgg{},
+		pending:    map[*Allocation]bool{},
+		byFirstDev: map[string]*devAllocs{},
+		devPools:   map[DeviceType]map[string]int{},
+	}
+}
+
+// bucket returns the bucket of k, made when make is set (else nil when
+// there is none).
+func (g *statsAgg) bucket(k aggKey, make bool) *allocAgg {
+	pools := g.buckets[k.t]
+	if pools == nil {
+		if !make {
+			return nil
+		}
+		pools = map[string]map[string]*allocAgg{}
+		g.buckets[k.t] = pools
+	}
+	nss := pools[k.pool]
+	if nss == nil {
+		if !make {
+			return nil
+		}
+		nss = map[string]*allocAgg{}
+		pools[k.pool] = nss
+	}
+	b := nss[k.ns]
+	if b == nil && make {
+		b = &allocAgg{}
+		nss[k.ns] = b
+	}
+	return b
+}
+
+// drop forgets the bucket of k once it counts nothing.
+func (g *statsAgg) drop(k aggKey) {
+	nss := g.buckets[k.t][k.pool]
+	delete(nss, k.ns)
+	if len(nss) == 0 {
+		delete(g.buckets[k.t], k.pool)
+		if len(g.buckets[k.t]) == 0 {
+			delete(g.buckets, k.t)
+		}
+	}
+}
+
+// aggCount adds (sign 1) or removes (sign -1) allocation a, as it is now,
+// to or from its bucket.
+func (s *State) aggCount(a *Allocation, sign int) {
+	k := aggKey{t: a.Request.PrimaryType(), pool: s.statsPool(a), ns: a.Namespace}
+	b := s.agg.bucket(k, true)
+	b.counts.addSigned(a, sign)
+	if a.AllocatedAt != 0 {
+		wait := a.AllocatedAt - a.RequestedAt
+		tree, v := &b.ended, a.EndedAt-a.AllocatedAt
+		if a.Status == Active {
+			tree, v = &b.active, a.AllocatedAt
+		}
+		if sign > 0 {
+			tree.insert(v)
+			b.waits.insert(wait)
+		} else {
+			tree.remove(v)
+			b.waits.remove(wait)
+		}
+	}
+	if b.counts.Total == 0 {
+		s.agg.drop(k)
+	}
+}
+
+// aggAddFirstDev files a placed allocation under its first device.
+func (s *State) aggAddFirstDev(a *Allocation) {
+	if len(a.Devices) == 0 {
+		return
+	}
+	id := a.Devices[0].DeviceID
+	l := s.agg.byFirstDev[id]
+	if l == nil {
+		l = &devAllocs{}
+		s.agg.byFirstDev[id] = l
+	}
+	l.list = append(l.list, a)
+}
+
+// counted reports whether a is counted in the statistics now.
+func (s *State) counted(a *Allocation) bool {
+	return s.allocs[a.ID] == a || s.history.get(a.ID) == a
+}
+
+// aggDropped is called when the history drops a.
+func (s *State) aggDropped(a *Allocation) {
+	s.aggCount(a, -1)
+	if len(a.Devices) == 0 {
+		return
+	}
+	id := a.Devices[0].DeviceID
+	l := s.agg.byFirstDev[id]
+	l.dead++
+	if l.dead*2 > len(l.list) {
+		s.compactFirstDev(id, l)
+	}
+}
+
+func (s *State) compactFirstDev(id string, l *devAllocs) {
+	keep := l.list[:0]
+	for _, a := range l.list {
+		if s.counted(a) {
+			keep = append(keep, a)
+		}
+	}
+	clear(l.list[len(keep):])
+	l.list, l.dead = keep, 0
+	if len(keep) == 0 {
+		delete(s.agg.byFirstDev, id)
+	}
+}
+
+// aggDeviceChanging is called just before device id joins or leaves the
+// inventory, and aggDeviceChanged just after: the allocations whose first
+// device it is move to the bucket they count in now.
+func (s *State) aggDeviceChanging(id string) {
+	if d := s.devices[id]; d != nil {
+		s.agg.countDevice(d, -1)
+	}
+	if l := s.agg.byFirstDev[id]; l != nil {
+		s.compactFirstDev(id, l)
+		for _, a := range l.list {
+			s.aggCount(a, -1)
+		}
+	}
+}
+
+func (s *State) aggDeviceChanged(id string) {
+	if d := s.devices[id]; d != nil {
+		s.agg.countDevice(d, 1)
+	}
+	if l := s.agg.byFirstDev[id]; l != nil {
+		for _, a := range l.list {
+			s.aggCount(a, 1)
+		}
+	}
+}
+
+// countDevice adds or removes a device from the count of its type and
+// pool.
+func (g *statsAgg) countDevice(d *Device, sign int) {
+	m := g.devPools[d.Type]
+	if m == nil {
+		m = map[string]int{}
+		g.devPools[d.Type] = m
+	}
+	m[d.Pool] += sign
+	if m[d.Pool] == 0 {
+		delete(m, d.Pool)
+		if len(m) == 0 {
+			delete(g.devPools, d.Type)
+		}
+	}
+}
+
+// aggLiveEnter counts a live allocation that has just been queued or
+// placed, or a request refused at once as it enters the history.
+func (s *State) aggLiveEnter(a *Allocation) {
+	s.aggCount(a, 1)
+	if a.Status == Pending {
+		s.agg.pending[a] = true
+	}
+	s.aggAddFirstDev(a)
+}
+
+// aggLiveLeave uncounts a live allocation about to change (placed from the
+// queue, or ended); one not counted yet is left alone.
+func (s *State) aggLiveLeave(a *Allocation) {
+	switch {
+	case a.Status == Pending && s.agg.pending[a]:
+		delete(s.agg.pending, a)
+		s.aggCount(a, -1)
+	case a.Status == Active:
+		s.aggCount(a, -1)
+	}
+}
+
+// aggEnded counts an allocation that ended (it has entered the history).
+// An active one is already filed under its first device.
+func (s *State) aggEnded(a *Allocation) { s.aggCount(a, 1) }
+
+// rebuildStatsAgg computes the aggregates from the allocations, as
+// Restore needs.
+func (s *State) rebuildStatsAgg() {
+	s.agg = newStatsAgg()
+	for _, d := range s.devices { // counting only
+		s.agg.countDevice(d, 1)
+	}
+	s.history.each(func(a *Allocation) bool {
+		s.aggCount(a, 1)
+		s.aggAddFirstDev(a)
+		return true
+	})
+	for _, id := range sortedKeys(s.allocs) {
+		s.aggLiveEnter(s.allocs[id])
+	}
+}
+
+// aggSet is the buckets one Stats entry covers.
+type aggSet []*allocAgg
+
+func (bs aggSet) counts() OutcomeCounts {
+	var c OutcomeCounts
+	for _, b := range bs {
+		c.Total += b.counts.Total
+		c.Successful += b.counts.Successful
+		c.Released += b.counts.Released
+		c.Failed += b.counts.Failed
+		c.TimedOut += b.counts.TimedOut
+		c.Preempted += b.counts.Preempted
+		c.Expired += b.counts.Expired
+		c.Lost += b.counts.Lost
+		c.Cancelled += b.counts.Cancelled
+		c.Active += b.counts.Active
+		c.Pending += b.counts.Pending
+	}
+	return c
+}
+
+// durations summarises the durations of the buckets: ended ones as kept,
+// active ones to now.
+func (bs aggSet) durations(now int64) DurationStats {
+	n := 0
+	var sum u128
+	lo, hi := int64(math.MaxInt64), int64(0)
+	for _, b := range bs {
+		if k := b.ended.len(); k > 0 {
+			n += k
+			sum = sum.plus(b.ended.sum)
+			lo, hi = min(lo, b.ended.min()), max(hi, b.ended.max())
+		}
+		if k := b.active.len(); k > 0 {
+			n += k
+			sum = sum.plus(mul64(uint64(k), uint64(now))).minus(b.active.sum)
+			lo, hi = min(lo, now-b.active.max()), max(hi, now-b.active.min())
+		}
+	}
+	if n == 0 {
+		return DurationStats{}
+	}
+	countLE := func(v int64) int {
+		c := 0
+		for _, b := range bs {
+			c += b.ended.countLE(v)
+			c += b.active.len() - b.active.countLT(now-v)
+		}
+		return c
+	}
+	return DurationStats{
+		Count: n,
+		Mean:  sum.float() / float64(n) / 1e9,
+		P50:   float64(rankSearch(n, 0.50, lo, hi, countLE)) / 1e9,
+		P95:   float64(rankSearch(n, 0.95, lo, hi, countLE)) / 1e9,
+	}
+}
+
+// waits summarises the queue waits of the buckets.
+func (bs aggSet) waits() DurationStats {
+	n := 0
+	var sum u128
+	lo, hi := int64(math.MaxInt64), int64(0)
+	for _, b := range bs {
+		if k := b.waits.len(); k > 0 {
+			n += k
+			sum = sum.plus(b.waits.sum)
+			lo, hi = min(lo, b.waits.min()), max(hi, b.waits.max())
+		}
+	}
+	if n == 0 {
+		return DurationStats{}
+	}
+	countLE := func(v int64) int {
+		c := 0
+		for _, b := range bs {
+			c += b.waits.countLE(v)
+		}
+		return c
+	}
+	return DurationStats{
+		Count: n,
+		Mean:  sum.float() / float64(n) / 1e9,
+		P50:   float64(rankSearch(n, 0.50, lo, hi, countLE)) / 1e9,
+		P95:   float64(rankSearch(n, 0.95, lo, hi, countLE)) / 1e9,
+	}
+}
+
+// rankSearch is the nearest-rank p-th percentile of n values in [lo, hi]
+// that countLE counts: the smallest v with at least rank values at or
+// below it.
+func rankSearch(n int, p float64, lo, hi int64, countLE func(int64) int) int64 {
+	rank := min(max(int(math.Ceil(p*float64(n))), 1), n)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if countLE(mid) >= rank {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
