@@ -536,12 +536,7 @@ func (bs aggSet) durations(now int64) DurationStats {
 		}
 		return c
 	}
-	return DurationStats{
-		Count: n,
-		Mean:  sum.float() / float64(n) / 1e9,
-		P50:   float64(rankSearch(n, 0.50, lo, hi, countLE)) / 1e9,
-		P95:   float64(rankSearch(n, 0.95, lo, hi, countLE)) / 1e9,
-	}
+	return durationStats(n, sum, lo, hi, countLE)
 }
 
 // waits summarises the queue waits of the buckets.
@@ -566,6 +561,12 @@ func (bs aggSet) waits() DurationStats {
 		}
 		return c
 	}
+	return durationStats(n, sum, lo, hi, countLE)
+}
+
+// durationStats is the DurationStats of n values (nanoseconds) in [lo, hi]
+// summing to sum, whose ranks countLE counts.
+func durationStats(n int, sum u128, lo, hi int64, countLE func(int64) int) DurationStats {
 	return DurationStats{
 		Count: n,
 		Mean:  sum.float() / float64(n) / 1e9,
