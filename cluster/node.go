@@ -282,6 +282,13 @@ func (n *Node) startGossip() error {
 	if n.cfg.GossipSuspicionMult > 0 {
 		c.SuspicionMult = n.cfg.GossipSuspicionMult
 	}
+	if n.cfg.GossipProbeTimeout > 0 {
+		c.ProbeTimeout = min(n.cfg.GossipProbeTimeout, c.ProbeInterval/2)
+	}
+	if n.cfg.GossipRetransmitMult > 0 {
+		c.RetransmitMult = n.cfg.GossipRetransmitMult
+	}
+	c.EnableCompression = !n.cfg.GossipNoCompression
 	// A node restarted on another address may take its name back once
 	// the old incarnation is known dead.
 	c.DeadNodeReclaimTime = 30 * time.Second

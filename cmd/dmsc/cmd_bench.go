@@ -28,7 +28,8 @@ type benchCommand struct {
 
 func benchCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	return map[string]cli.CommandFactory{
-		"bench": func() (cli.Command, error) { return &benchCommand{apiCommand: apiCommand{ui: ui}}, nil },
+		"bench":     func() (cli.Command, error) { return &benchCommand{apiCommand: apiCommand{ui: ui}}, nil },
+		"sim-hosts": func() (cli.Command, error) { return &simHostsCommand{ui: ui}, nil },
 	}
 }
 

@@ -45,17 +45,25 @@ type Config struct {
 	Join []string
 	// BindAddr is the IP every host listens on. Default 127.0.0.1.
 	BindAddr string
-	// Parallel is how many hosts start at once. Default 16.
-	Parallel int
+	// Parallel is how many hosts start at once (default 16), and
+	// StartRate, when positive, how many start per second: every join
+	// is gossiped to every member, so a pool that grows faster than its
+	// members digest the news drops messages and suspects healthy nodes.
+	Parallel  int
+	StartRate float64
 
 	// Gossip and agent timing of every host, as the agent's flags of the
-	// same names. Thousands of hosts in one process need slower gossip
-	// than the 1 s probe default (DESIGN.md).
-	GossipProbeInterval time.Duration
-	GossipSuspicionMult int
-	RetryJoinInterval   time.Duration
-	ReconnectInterval   time.Duration
-	InventoryInterval   time.Duration
+	// same names, and the gossip knobs of cluster.Config. Thousands of
+	// hosts in one process need slower, lighter gossip than an agent's
+	// defaults (DESIGN.md).
+	GossipProbeInterval  time.Duration
+	GossipSuspicionMult  int
+	GossipProbeTimeout   time.Duration
+	GossipRetransmitMult int
+	GossipNoCompression  bool
+	RetryJoinInterval    time.Duration
+	ReconnectInterval    time.Duration
+	InventoryInterval    time.Duration
 
 	// EncryptKey is the gossip key, ACLToken the token every host sends
 	// with its inventory (its policy must allow host_register for these
@@ -128,7 +136,19 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 	sem := make(chan struct{}, cfg.Parallel)
 	errs := make([]error, len(s.ids))
 	var wg sync.WaitGroup
+	var pace <-chan time.Time
+	if cfg.StartRate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.StartRate))
+		defer t.Stop()
+		pace = t.C
+	}
 	for i, id := range s.ids {
+		if pace != nil && i > 0 {
+			select {
+			case <-pace:
+			case <-ctx.Done():
+			}
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -146,20 +166,23 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 // nodeConfig is the node configuration of host id.
 func (s *Sim) nodeConfig(id string, h *host) (cluster.Config, error) {
 	c := cluster.Config{
-		NodeID:              id,
-		BindAddr:            s.cfg.BindAddr,
-		Join:                s.cfg.Join,
-		RetryJoinInterval:   s.cfg.RetryJoinInterval,
-		ReconnectInterval:   s.cfg.ReconnectInterval,
-		GossipProbeInterval: s.cfg.GossipProbeInterval,
-		GossipSuspicionMult: s.cfg.GossipSuspicionMult,
-		InventoryInterval:   s.cfg.InventoryInterval,
-		EncryptKey:          s.cfg.EncryptKey,
-		ACLEnabled:          s.cfg.ACLEnabled,
-		ACLToken:            s.cfg.ACLToken,
-		Version:             s.cfg.Version,
-		Logger:              s.cfg.Logger.Named(id),
-		Inventory:           h.inventory(id, s.cfg.GPUsPerHost),
+		NodeID:               id,
+		BindAddr:             s.cfg.BindAddr,
+		Join:                 s.cfg.Join,
+		RetryJoinInterval:    s.cfg.RetryJoinInterval,
+		ReconnectInterval:    s.cfg.ReconnectInterval,
+		GossipProbeInterval:  s.cfg.GossipProbeInterval,
+		GossipSuspicionMult:  s.cfg.GossipSuspicionMult,
+		GossipProbeTimeout:   s.cfg.GossipProbeTimeout,
+		GossipRetransmitMult: s.cfg.GossipRetransmitMult,
+		GossipNoCompression:  s.cfg.GossipNoCompression,
+		InventoryInterval:    s.cfg.InventoryInterval,
+		EncryptKey:           s.cfg.EncryptKey,
+		ACLEnabled:           s.cfg.ACLEnabled,
+		ACLToken:             s.cfg.ACLToken,
+		Version:              s.cfg.Version,
+		Logger:               s.cfg.Logger.Named(id),
+		Inventory:            h.inventory(id, s.cfg.GPUsPerHost),
 	}
 	if s.cfg.TLS != nil {
 		st, err := s.cfg.TLS(id)
