@@ -271,3 +271,216 @@ func TestHostScaleLeaderKill(t *testing.T) {
 		t.Errorf("%d hosts registered again after the leader change, want at most %d (1 %%)", reregistered, limit)
 	}
 }
+
+// benchHostsEnv lists the host counts of TestHostScaleBench
+// (e.g. 250,500,1000,2000); benchHostsOutEnv names a file for the JSON
+// figures, and benchHostsPlotEnv an SVG or PNG file for the plot.
+const (
+	benchHostsEnv     = "DMSC_BENCH_HOSTS"
+	benchHostsOutEnv  = "DMSC_BENCH_HOSTS_OUT"
+	benchHostsPlotEnv = "DMSC_BENCH_HOSTS_PLOT"
+)
+
+// scaleGrace is the servers' host-down grace in TestHostScaleBench.
+const scaleGrace = 5 * time.Second
+
+// scalePoint is what TestHostScaleBench measures at one host count.
+type scalePoint struct {
+	Hosts int `json:"hosts"`
+	// RegisterS: from the simulator's start until the leader reports
+	// every host up.
+	RegisterS float64 `json:"register_s"`
+	// DownDetectS: from killing 10 hosts until the leader reports the
+	// 10 down; it includes the scaleGrace host-down grace.
+	DownDetectS float64 `json:"down_detect_s"`
+	// LeaderCPU: the leader process's CPU (user+system) over a steady
+	// 30 s window, in cores; per host in microseconds of CPU per second.
+	LeaderCPU        float64 `json:"leader_cpu_cores"`
+	LeaderCPUPerHost float64 `json:"leader_cpu_us_per_s_per_host"`
+	// RSS: each server's resident memory after the hosts registered,
+	// less before they started, per host (KiB), and the leader's.
+	LeaderRSSMiB      float64 `json:"leader_rss_mib"`
+	ServerRSSPerHostK float64 `json:"server_rss_kib_per_host"`
+	// ChurnOpsPerSec: dmsc bench allocate+release throughput (16
+	// clients, 20 s) while 2 hosts per second are killed, 2 restarted
+	// and 2 given a new inventory.
+	ChurnOpsPerSec float64 `json:"churn_alloc_ops_per_s"`
+	ChurnErrors    int64   `json:"churn_bench_errors"`
+}
+
+// TestHostScaleBench measures the cost of hosts (scalePoint) at each count
+// of DMSC_BENCH_HOSTS, on a fresh cluster of three server processes each
+// time. Opt-in: minutes per count.
+func TestHostScaleBench(t *testing.T) {
+	list := os.Getenv(benchHostsEnv)
+	if list == "" {
+		t.Skipf("set %s=250,500,1000,2000 to measure", benchHostsEnv)
+	}
+	var points []scalePoint
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 10 {
+			t.Fatalf("%s: %q is not a host count of 10 or more", benchHostsEnv, f)
+		}
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			p := measureHostScale(t, n)
+			b, _ := json.Marshal(p)
+			t.Logf("figures %s", b)
+			points = append(points, p)
+		})
+	}
+	if out := os.Getenv(benchHostsOutEnv); out != "" {
+		b, _ := json.MarshalIndent(points, "", "  ")
+		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if path := os.Getenv(benchHostsPlotEnv); path != "" && len(points) > 1 {
+		if err := plotHostScale(points, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func measureHostScale(t *testing.T, n int) scalePoint {
+	p := scalePoint{Hosts: n}
+	ctx := testContext(t, 20*time.Minute)
+	c := NewCluster(t, Options{Hosts: -1, ServerArgs: append(scaleServerArgs, "-host-down-grace", scaleGrace.String())})
+	if err := c.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rssBefore := make([]float64, len(c.Servers))
+	for i, s := range c.Servers {
+		rssBefore[i] = procRSS(t, s)
+	}
+
+	began := time.Now()
+	sim := startSim(t, ctx, c, n)
+	waitHosts(t, ctx, c, leader, n, true)
+	p.RegisterS = time.Since(began).Seconds()
+	t.Logf("%d hosts registered in %.1f s", n, p.RegisterS)
+
+	const window = 30 * time.Second
+	cpu0 := procCPU(t, leader)
+	time.Sleep(window)
+	p.LeaderCPU = (procCPU(t, leader) - cpu0) / window.Seconds()
+	p.LeaderCPUPerHost = p.LeaderCPU * 1e6 / float64(n)
+	var perHost float64
+	for i, s := range c.Servers {
+		rss := procRSS(t, s)
+		if s == leader {
+			p.LeaderRSSMiB = rss / 1024
+		}
+		perHost += (rss - rssBefore[i]) / float64(n)
+	}
+	p.ServerRSSPerHostK = perHost / float64(len(c.Servers))
+
+	const killed = 10
+	sim.control(t, ctx, fmt.Sprintf("kill %d", killed))
+	killedAt := time.Now()
+	err = poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		m, err := scrapeHosts(ctx, c, leader)
+		return err == nil && m.down == killed, nil
+	})
+	if err != nil {
+		t.Fatalf("killed hosts not marked down: %v", err)
+	}
+	p.DownDetectS = time.Since(killedAt).Seconds()
+	sim.control(t, ctx, fmt.Sprintf("restart %d", killed))
+	waitHosts(t, ctx, c, leader, n, true)
+
+	p.ChurnOpsPerSec, p.ChurnErrors = churnBench(t, ctx, c, sim)
+	return p
+}
+
+// churnBench runs dmsc bench (allocate+release) against the servers for
+// 20 s while, every second, 2 hosts are killed, the 2 killed a second
+// before restarted, and 2 given a new inventory.
+func churnBench(t *testing.T, ctx context.Context, c *Cluster, sim *simProcess) (float64, int64) {
+	t.Helper()
+	var addrs []string
+	for _, s := range c.Servers {
+		addrs = append(addrs, s.URL(""))
+	}
+	cmd := exec.CommandContext(ctx, binary, "bench", "-address", strings.Join(addrs, ","), "-clients", "16",
+		"-duration", "20s", "-mix", "alloc=100", "-hosts", "1", "-gpus-per-host", "1", "-json")
+	cmd.Env = agentEnv()
+	done := make(chan struct{})
+	var out []byte
+	var runErr error
+	go func() {
+		defer close(done)
+		out, runErr = cmd.Output()
+	}()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-tick.C:
+			sim.control(t, ctx, "restart 2")
+			sim.control(t, ctx, "kill 2")
+			sim.control(t, ctx, "change 2")
+		}
+	}
+	sim.control(t, ctx, "restart 1000000")
+	if runErr != nil {
+		t.Fatalf("dmsc bench: %v\n%s", runErr, out)
+	}
+	var res struct {
+		OpsPerSec float64          `json:"ops_per_sec"`
+		Errors    map[string]int64 `json:"errors"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("dmsc bench output: %v\n%s", err, out)
+	}
+	var errs int64
+	for _, n := range res.Errors {
+		errs += n
+	}
+	return res.OpsPerSec, errs
+}
+
+// procCPU is p's CPU time so far (user and system), in seconds.
+func procCPU(t *testing.T, p *Process) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", processPid(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command name (which may hold spaces): state is
+	// field 3, utime 14, stime 15, in clock ticks of 1/100 s.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// procRSS is p's resident memory in KiB.
+func procRSS(t *testing.T, p *Process) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", processPid(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb
+		}
+	}
+	t.Fatalf("no VmRSS for %s", p.Name)
+	return 0
+}
+
+func processPid(p *Process) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
