@@ -344,7 +344,7 @@ func TestHostScaleBench(t *testing.T) {
 
 func measureHostScale(t *testing.T, n int) scalePoint {
 	p := scalePoint{Hosts: n}
-	ctx := testContext(t, 20*time.Minute)
+	ctx := testContext(t, 8*time.Minute)
 	c := NewCluster(t, Options{Hosts: -1, ServerArgs: append(scaleServerArgs, "-host-down-grace", scaleGrace.String())})
 	if err := c.Boot(ctx); err != nil {
 		t.Fatal(err)
