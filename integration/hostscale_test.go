@@ -191,6 +191,21 @@ func waitHosts(t *testing.T, ctx context.Context, c *Cluster, p *Process, want i
 	return time.Since(start)
 }
 
+// bootScaleCluster starts three servers with scaleServerArgs and the
+// scaleGrace host-down grace, and no hosts; it returns them and the leader.
+func bootScaleCluster(t *testing.T, ctx context.Context) (*Cluster, *Process) {
+	t.Helper()
+	c := NewCluster(t, Options{Hosts: -1, ServerArgs: append(scaleServerArgs, "-host-down-grace", scaleGrace.String())})
+	if err := c.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, leader
+}
+
 // scaleHosts is the number of simulated hosts of the acceptance test.
 func scaleHosts(t *testing.T) int {
 	t.Helper()
@@ -217,14 +232,7 @@ func TestHostScaleLeaderKill(t *testing.T) {
 	}
 	n := scaleHosts(t)
 	ctx := testContext(t, 15*time.Minute)
-	c := NewCluster(t, Options{Hosts: -1, ServerArgs: append(scaleServerArgs, "-host-down-grace", scaleGrace.String())})
-	if err := c.Boot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, leader := bootScaleCluster(t, ctx)
 	began := time.Now()
 	startSim(t, ctx, c, n, "-gpus-per-host", "4")
 	waitHosts(t, ctx, c, leader, n, true)
@@ -382,14 +390,7 @@ func TestHostScaleBench(t *testing.T) {
 func measureHostScale(t *testing.T, n int) scalePoint {
 	p := scalePoint{Hosts: n}
 	ctx := testContext(t, 8*time.Minute)
-	c := NewCluster(t, Options{Hosts: -1, ServerArgs: append(scaleServerArgs, "-host-down-grace", scaleGrace.String())})
-	if err := c.Boot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, leader := bootScaleCluster(t, ctx)
 	rssBefore := make([]float64, len(c.Servers))
 	for i, s := range c.Servers {
 		rssBefore[i] = procRSS(t, s)
@@ -418,7 +419,7 @@ func measureHostScale(t *testing.T, n int) scalePoint {
 
 	ans := sim.control(t, ctx, "kill 10")
 	killedAt := time.Now()
-	err = poll(ctx, 100*time.Millisecond, func() (bool, error) {
+	err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
 		var members []struct {
 			ID     string `json:"id"`
 			Status string `json:"status"`

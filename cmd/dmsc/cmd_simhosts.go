@@ -10,8 +10,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -244,17 +242,12 @@ func (c *simHostsCommand) Run(args []string) int {
 		out.w = os.Stdout
 	}
 	if f.cpuProf != "" {
-		pf, err := os.Create(f.cpuProf)
+		stopProfile, err := startCPUProfile(f.cpuProf)
 		if err != nil {
 			c.ui.Error("Error: " + err.Error())
 			return exitError
 		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			c.ui.Error("Error: " + err.Error())
-			return exitError
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	began := time.Now()
 	sim, err := hostsim.Start(ctx, f.cfg)
@@ -357,18 +350,4 @@ func control(ctx context.Context, sim *hostsim.Sim, line string) map[string]any 
 		ans["error"] = err.Error()
 	}
 	return ans
-}
-
-// writeHeapProfile writes a heap profile of this process to path.
-func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	runtime.GC()
-	if err := pprof.WriteHeapProfile(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

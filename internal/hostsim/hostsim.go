@@ -229,9 +229,6 @@ func (s *Sim) start(ctx context.Context, id string) error {
 	return nil
 }
 
-// IDs lists the hosts' IDs in order.
-func (s *Sim) IDs() []string { return slices.Clone(s.ids) }
-
 // Running lists the IDs of the hosts that run.
 func (s *Sim) Running() []string { return s.filter(true) }
 

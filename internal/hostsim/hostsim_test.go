@@ -21,15 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestSimulatedHostsRegisterDieAndChange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{Servers: 1, InMemory: true, Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := lc.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	lc := startServer(t, ctx)
 	server := lc.Servers()[0]
 	sim, err := Start(ctx, fast(Config{Hosts: 12, GPUsPerHost: 2, Join: []string{server.Self().GossipAddr}}))
 	if err != nil {
@@ -58,7 +50,7 @@ func TestSimulatedHostsRegisterDieAndChange(t *testing.T) {
 		}
 		t.Fatalf("%s: %v", what, last)
 	}
-	ids := sim.IDs()
+	ids := sim.Running()
 	wait("all registered", func(hs map[string]fsm.Host) error {
 		for _, id := range ids {
 			h, ok := hs[id]
@@ -115,15 +107,7 @@ func TestSimulatedHostsRegisterDieAndChange(t *testing.T) {
 func TestChurnKillsRestartsAndChanges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{Servers: 1, InMemory: true, Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := lc.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	lc := startServer(t, ctx)
 	sim, err := Start(ctx, fast(Config{Hosts: 6, Join: []string{lc.Servers()[0].Self().GossipAddr}}))
 	if err != nil {
 		t.Fatal(err)
@@ -147,4 +131,20 @@ func fast(c Config) Config {
 	c.RetryJoinInterval = 100 * time.Millisecond
 	c.ReconnectInterval = 200 * time.Millisecond
 	return c
+}
+
+// startServer starts a one-server cluster in this process, closed when
+// the test ends.
+func startServer(t *testing.T, ctx context.Context) *cluster.LocalCluster {
+	t.Helper()
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{Servers: 1, InMemory: true, Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lc.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return lc
 }
