@@ -363,19 +363,23 @@ func (s *Sim) Churn(ctx context.Context, c Churn) ChurnCounts {
 		f(&counts)
 		mu.Unlock()
 	}
-	const tick = 100 * time.Millisecond
 	var killDebt, changeDebt float64
-	t := time.NewTicker(tick)
+	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	last := time.Now()
 loop:
 	for {
 		select {
 		case <-ctx.Done():
 			break loop
-		case <-t.C:
+		case now := <-t.C:
+			// By the time passed, not the ticks: a starved process
+			// misses ticks.
+			elapsed := now.Sub(last).Seconds()
+			last = now
+			killDebt += c.KillsPerSecond * elapsed
+			changeDebt += c.ChangesPerSecond * elapsed
 		}
-		killDebt += c.KillsPerSecond * tick.Seconds()
-		changeDebt += c.ChangesPerSecond * tick.Seconds()
 		running := s.Running()
 		for ; killDebt >= 1 && len(running) > 0; killDebt-- {
 			i := rng.IntN(len(running))

