@@ -48,12 +48,16 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
   and the ACL token when given; the servers register them as they
   register any host. Hosts are named <prefix>00000, <prefix>00001, ...
 
-  Thousands of hosts on a few cores need slower and lighter gossip than
-  an agent's defaults (the servers may keep theirs); BENCHMARKS.md has
-  the settings 2,000 hosts on 2 cores were measured with:
+  Every host keeps the whole membership, so one process of N hosts does
+  N times the gossip work of one agent: many hosts on a few cores need
+  slower and lighter gossip than an agent's defaults (the servers may
+  keep theirs). The settings of BENCHMARKS.md ("Hosts at scale"), with
+  which two shared cores held 500 hosts but not 1,000:
 
-      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 2000 -gossip-probe-interval 5s \
-          -gossip-probe-timeout 2s -gossip-retransmit-mult 2 -gossip-no-compression
+      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 500 -start-rate 25 \
+          -gossip-probe-interval 5s -gossip-probe-timeout 2s \
+          -gossip-suspicion-mult 6 -gossip-retransmit-mult 2 \
+          -gossip-no-compression -reconnect-interval 60s
 
   Churn: -churn-kills hosts per second are killed (as a killed agent
   ends: no gossip leave) and restarted -churn-down later on the same
