@@ -136,6 +136,7 @@ func TestMetrics(t *testing.T) {
 		`dmsc_state_estimated_bytes `,
 		`dmsc_known_leader 1`,
 		`dmsc_raft_leader 1`,
+		`dmsc_host_registrations_total 2`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(text, want) {

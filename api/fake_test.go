@@ -245,7 +245,8 @@ func (b *fakeBackend) Status() cluster.Status {
 	leader := b.leader
 	b.mu.Unlock()
 	applied, _ := b.f.Indexes()
-	st := cluster.Status{ID: "n1", Server: true, State: "Follower", AppliedIndex: applied, CommitIndex: applied, Term: 2, LastContact: -1}
+	st := cluster.Status{ID: "n1", Server: true, State: "Follower", AppliedIndex: applied, CommitIndex: applied, Term: 2, LastContact: -1,
+		HostRegistrations: b.f.CommandsApplied(fsm.RegisterHostType)}
 	if leader {
 		st.State, st.Leader, st.KnownLeader, st.Ready, st.LastContact = "Leader", "n1", true, true, 0
 	}

@@ -115,6 +115,8 @@ var (
 		"Raft commit index this node knows.", nil, nil)
 	descAppliedIndex = prometheus.NewDesc("dmsc_raft_applied_index",
 		"Raft index this node has applied.", nil, nil)
+	descRegistrations = prometheus.NewDesc("dmsc_host_registrations_total",
+		"RegisterHost commands this server's replica applied since it started (log replay included).", nil, nil)
 	descDivergence = prometheus.NewDesc("dmsc_state_divergence",
 		"1 when this server has seen the state hashes of servers differ at the same index.", nil, nil)
 	descReplicaFailed = prometheus.NewDesc("dmsc_replica_failed",
@@ -149,7 +151,7 @@ type stateCollector struct{ s *Server }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIndex, descKnownLeader, descIsLeader, descLastContact, descCommitIndex,
-		descAppliedIndex, descDivergence, descReplicaFailed, descQueue, descAllocations, descUtilisation, descFragmentation, descDevices, descHosts,
+		descAppliedIndex, descRegistrations, descDivergence, descReplicaFailed, descQueue, descAllocations, descUtilisation, descFragmentation, descDevices, descHosts,
 		descStateHosts, descStateDevices, descStateLive, descStateHistory, descStateBytes} {
 		ch <- d
 	}
@@ -170,6 +172,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descLastContact, lc)
 		gauge(descCommitIndex, float64(st.CommitIndex))
 		gauge(descAppliedIndex, float64(st.AppliedIndex))
+		ch <- prometheus.MustNewConstMetric(descRegistrations, prometheus.CounterValue, float64(st.HostRegistrations))
 		gauge(descDivergence, boolFloat(st.Divergence != ""))
 		gauge(descReplicaFailed, boolFloat(st.Integrity != ""))
 	}

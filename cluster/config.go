@@ -129,6 +129,15 @@ type Config struct {
 	// (memberlist LAN defaults when zero: 1s and 4).
 	GossipProbeInterval time.Duration
 	GossipSuspicionMult int
+	// GossipProbeTimeout is how long a probe waits for its ack (default
+	// 500 ms, at most half the probe interval); GossipRetransmitMult
+	// how many times each node passes a gossip message on, times
+	// log10(members+1) (memberlist's default 4); GossipNoCompression
+	// sends gossip uncompressed. A process that runs thousands of nodes
+	// (hostsim) needs them; an agent keeps the defaults.
+	GossipProbeTimeout   time.Duration
+	GossipRetransmitMult int
+	GossipNoCompression  bool
 	// EncryptKey turns on gossip encryption with this key (16, 24 or 32
 	// bytes): members without it are neither seen nor heard. A keyring
 	// file left by an earlier run wins over it (keyring.go).

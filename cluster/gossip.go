@@ -57,6 +57,7 @@ type members struct {
 	byID   map[string]*memberInfo
 	events chan struct{} // capacity 1: "something changed"
 	now    func() time.Time
+	swept  time.Time // the last sweep of long-gone nodes
 }
 
 func newMembers() *members {
@@ -95,17 +96,27 @@ func (ms *members) set(n *memberlist.Node, alive bool) {
 		m.since = ms.now()
 	}
 	// Forget nodes gone for long; the leader tracks absences of its own.
-	for id, o := range ms.byID {
-		if o.status != MemberAlive && ms.now().Sub(o.since) > forgetAfter {
-			delete(ms.byID, id)
+	// The sweep runs at most once per forgetSweep: every node sees an
+	// event per member, so a sweep per event would cost each node N² on
+	// the pool's start (and a process of many simulated hosts N³).
+	if now := ms.now(); now.Sub(ms.swept) >= forgetSweep {
+		ms.swept = now
+		for id, o := range ms.byID {
+			if o.status != MemberAlive && now.Sub(o.since) > forgetAfter {
+				delete(ms.byID, id)
+			}
 		}
 	}
 	ms.mu.Unlock()
 	ms.signal()
 }
 
-// forgetAfter is how long a failed or departed node stays listed.
-const forgetAfter = 72 * time.Hour
+// forgetAfter is how long a failed or departed node stays listed (up to
+// forgetSweep longer).
+const (
+	forgetAfter = 72 * time.Hour
+	forgetSweep = time.Minute
+)
 
 // NotifyJoin, NotifyUpdate and NotifyLeave make members a
 // memberlist.EventDelegate. They run inside memberlist and must not block.

@@ -35,6 +35,19 @@ func (n *Node) refreshInventory() error {
 	return nil
 }
 
+// RefreshInventory reads the inventory now instead of at the next
+// InventoryInterval: a changed one is advertised in gossip at once, and
+// the leader then fetches and registers it.
+func (n *Node) RefreshInventory() error {
+	if n.cfg.Inventory == nil {
+		return clusterErr(ErrConfig, "node "+n.cfg.NodeID+" carries no devices")
+	}
+	if err := n.running(); err != nil {
+		return err
+	}
+	return n.refreshInventory()
+}
+
 // inventoryLoop re-reads the inventory every InventoryInterval.
 func (n *Node) inventoryLoop() {
 	for n.sleep(n.cfg.InventoryInterval) {

@@ -477,14 +477,11 @@ func (lc *LocalCluster) Crash(id string) error {
 	if err != nil {
 		return err
 	}
-	if ln.node.running() != nil {
-		return nil // stopped already
-	}
 	var errs []error
 	if ln.srv != nil {
 		errs = append(errs, ln.srv.Close())
 	}
-	errs = append(errs, ln.node.closeAll(context.Background()))
+	errs = append(errs, ln.node.Kill())
 	return errors.Join(errs...)
 }
 

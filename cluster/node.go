@@ -282,6 +282,13 @@ func (n *Node) startGossip() error {
 	if n.cfg.GossipSuspicionMult > 0 {
 		c.SuspicionMult = n.cfg.GossipSuspicionMult
 	}
+	if n.cfg.GossipProbeTimeout > 0 {
+		c.ProbeTimeout = min(n.cfg.GossipProbeTimeout, c.ProbeInterval/2)
+	}
+	if n.cfg.GossipRetransmitMult > 0 {
+		c.RetransmitMult = n.cfg.GossipRetransmitMult
+	}
+	c.EnableCompression = !n.cfg.GossipNoCompression
 	// A node restarted on another address may take its name back once
 	// the old incarnation is known dead.
 	c.DeadNodeReclaimTime = 30 * time.Second
@@ -493,6 +500,7 @@ func (n *Node) Status() Status {
 	s.CommitIndex = n.raft.CommitIndex()
 	s.AppliedIndex, _ = n.fsm.Indexes()
 	s.Term = n.raft.CurrentTerm()
+	s.HostRegistrations = n.fsm.CommandsApplied(fsm.RegisterHostType)
 	s.LastContact = n.lastContact()
 	caughtUp := s.CommitIndex <= s.AppliedIndex+ReadyLag
 	if n.IsLeader() {
@@ -639,6 +647,16 @@ func (n *Node) shutdown(ctx context.Context, transfer bool, leave time.Duration)
 	err := n.closeAll(ctx)
 	n.log.Info("node stopped", "id", n.cfg.NodeID)
 	return err
+}
+
+// Kill stops the node as a killed process ends: no leadership transfer,
+// no gossip leave, so the other nodes learn of it by failure detection.
+// Simulated hosts and in-process tests use it; a stopped node does nothing.
+func (n *Node) Kill() error {
+	if n.running() != nil {
+		return nil
+	}
+	return n.closeAll(context.Background())
 }
 
 // closeAll stops every part that was started, in dependency order.

@@ -134,6 +134,9 @@ type Status struct {
 	CommitIndex  uint64        `json:"commit_index"`
 	AppliedIndex uint64        `json:"applied_index"`
 	Term         uint64        `json:"term"`
+	// HostRegistrations is how many RegisterHost commands this replica
+	// has applied since its process started (log replay included).
+	HostRegistrations uint64 `json:"host_registrations"`
 	// Ready: a server knows a leader, has applied what it knows committed
 	// (within ReadyLag), and heard from the leader recently; a host has
 	// joined the gossip pool.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -28,7 +27,8 @@ type benchCommand struct {
 
 func benchCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	return map[string]cli.CommandFactory{
-		"bench": func() (cli.Command, error) { return &benchCommand{apiCommand: apiCommand{ui: ui}}, nil },
+		"bench":     func() (cli.Command, error) { return &benchCommand{apiCommand: apiCommand{ui: ui}}, nil },
+		"sim-hosts": func() (cli.Command, error) { return &simHostsCommand{ui: ui}, nil },
 	}
 }
 
@@ -221,14 +221,9 @@ func (c *benchCommand) Run(args []string) int {
 		}()
 	}
 
+	stopProfile := func() {}
 	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			c.ui.Error("Error: " + err.Error())
-			return exitError
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if stopProfile, err = startCPUProfile(cpuProfile); err != nil {
 			c.ui.Error("Error: " + err.Error())
 			return exitError
 		}
@@ -238,9 +233,7 @@ func (c *benchCommand) Run(args []string) int {
 		Clients: clients, Duration: duration, Mix: mix, Hosts: inv, Nodes: nodes, Seed: seed, Progress: progress,
 		Connections: connections,
 	})
-	if cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	if err != nil {
 		return c.fail(err)
 	}

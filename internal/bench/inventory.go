@@ -33,26 +33,32 @@ type Host struct {
 }
 
 // Inventory returns hosts synthetic hosts with gpusPerHost GPUs each; host
-// i carries GPUs of model i mod 4, in zone a or b.
+// i carries GPUs of model i mod 4, in zone a or b (HostDevices).
 func Inventory(hosts, gpusPerHost int) []Host {
 	out := make([]Host, hosts)
 	for i := range out {
-		m := gpuModels[i%len(gpuModels)]
 		id := fmt.Sprintf("%sh%04d", HostPrefix, i)
-		h := Host{ID: id, Devices: make([]client.DeviceSpec, gpusPerHost)}
-		for g := range h.Devices {
-			h.Devices[g] = client.DeviceSpec{
-				ID:   fmt.Sprintf("%s-gpu%d", id, g),
-				Type: client.GPU,
-				Name: m.model,
-				Capabilities: client.Capabilities{
-					Resources: client.Resources{MemoryGB: m.memGB},
-					Custom:    map[string]string{"model": m.model},
-				},
-				Labels: map[string]string{"zone": string(rune('a' + i%2))},
-			}
+		out[i] = Host{ID: id, Devices: HostDevices(id, i, gpusPerHost)}
+	}
+	return out
+}
+
+// HostDevices are the gpus GPUs of synthetic host number i named id:
+// <id>-gpu0, ..., all of model i mod 4, in zone a (i even) or b.
+func HostDevices(id string, i, gpus int) []client.DeviceSpec {
+	m := gpuModels[i%len(gpuModels)]
+	out := make([]client.DeviceSpec, gpus)
+	for g := range out {
+		out[g] = client.DeviceSpec{
+			ID:   fmt.Sprintf("%s-gpu%d", id, g),
+			Type: client.GPU,
+			Name: m.model,
+			Capabilities: client.Capabilities{
+				Resources: client.Resources{MemoryGB: m.memGB},
+				Custom:    map[string]string{"model": m.model},
+			},
+			Labels: map[string]string{"zone": string(rune('a' + i%2))},
 		}
-		out[i] = h
 	}
 	return out
 }

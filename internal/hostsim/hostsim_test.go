@@ -1,0 +1,157 @@
+package hostsim
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/fsm"
+)
+
+// TestMain checks that no goroutine outlives the tests, except a probe
+// memberlist had in flight when a node shut down: it ends at its own
+// deadline, which a loaded machine can push past goleak's patience.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
+}
+
+// TestSimulatedHostsRegisterDieAndChange: simulated hosts join a real
+// server through gossip and are registered from their RPC inventory; a
+// killed one is marked down by the leader, comes back up when restarted,
+// and a changed inventory is registered again.
+func TestSimulatedHostsRegisterDieAndChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	lc := startServer(t, ctx)
+	server := lc.Servers()[0]
+	sim, err := Start(ctx, fast(Config{Hosts: 12, GPUsPerHost: 2, Join: []string{server.Self().GossipAddr}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+
+	hosts := func() map[string]fsm.Host {
+		out := map[string]fsm.Host{}
+		if _, err := server.Read(ctx, cluster.ReadOptions{}, func(s *fsm.State) {
+			for _, h := range s.Hosts() {
+				out[h.ID] = h
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	wait := func(what string, cond func(map[string]fsm.Host) error) {
+		t.Helper()
+		var last error
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if last = cond(hosts()); last == nil {
+				return
+			}
+		}
+		t.Fatalf("%s: %v", what, last)
+	}
+	ids := sim.Running()
+	wait("all registered", func(hs map[string]fsm.Host) error {
+		for _, id := range ids {
+			h, ok := hs[id]
+			if !ok || !h.Up || len(h.Devices) != 2 || h.Address == "" {
+				return fmt.Errorf("%s: %+v", id, h)
+			}
+		}
+		return nil
+	})
+	addr := hosts()[ids[3]].Address
+
+	if err := sim.Kill(ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	if got := sim.Killed(); len(got) != 1 || got[0] != ids[3] {
+		t.Fatalf("killed %v", got)
+	}
+	wait("killed host down", func(hs map[string]fsm.Host) error {
+		if hs[ids[3]].Up {
+			return fmt.Errorf("%s still up", ids[3])
+		}
+		return nil
+	})
+	if err := sim.Restart(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	wait("restarted host up at its address", func(hs map[string]fsm.Host) error {
+		if h := hs[ids[3]]; !h.Up || h.Address != addr {
+			return fmt.Errorf("%+v, want up at %s", h, addr)
+		}
+		return nil
+	})
+
+	before := hosts()[ids[5]].InventoryHash
+	if err := sim.Change(ids[5]); err != nil {
+		t.Fatal(err)
+	}
+	wait("changed host registered again", func(hs map[string]fsm.Host) error {
+		if h := hs[ids[5]]; h.InventoryHash == before || h.Labels["sim.generation"] != "1" {
+			return fmt.Errorf("%+v", h)
+		}
+		return nil
+	})
+	if err := sim.Kill("nope"); err == nil {
+		t.Error("killing an unknown host succeeded")
+	}
+	if len(sim.Running()) != len(ids) {
+		t.Errorf("running %d, want %d", len(sim.Running()), len(ids))
+	}
+}
+
+// TestChurnKillsRestartsAndChanges: a churn kills and changes hosts at
+// its rates and restarts every host it killed before it returns.
+func TestChurnKillsRestartsAndChanges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	lc := startServer(t, ctx)
+	sim, err := Start(ctx, fast(Config{Hosts: 6, Join: []string{lc.Servers()[0].Self().GossipAddr}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+	defer ccancel()
+	got := sim.Churn(cctx, Churn{KillsPerSecond: 2, Down: 300 * time.Millisecond, ChangesPerSecond: 3, Seed: 1})
+	// 2 s at 2 kills and 3 changes per second: at least one of each even
+	// on a starved machine, and every kill restarted.
+	if got.Kills < 1 || got.Kills > 4 || got.Restarts != got.Kills || got.Changes < 1 || got.Changes > 6 || got.Errors != 0 {
+		t.Errorf("churn %+v", got)
+	}
+	if k := sim.Killed(); len(k) != 0 {
+		t.Errorf("hosts left killed: %v", k)
+	}
+}
+
+// fast sets the timings of a test: gossip notices a killed host within
+// about a second (as cluster.LocalConfig.Fast does for its nodes).
+func fast(c Config) Config {
+	c.GossipProbeInterval = 100 * time.Millisecond
+	c.RetryJoinInterval = 100 * time.Millisecond
+	c.ReconnectInterval = 200 * time.Millisecond
+	return c
+}
+
+// startServer starts a one-server cluster in this process, closed when
+// the test ends.
+func startServer(t *testing.T, ctx context.Context) *cluster.LocalCluster {
+	t.Helper()
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{Servers: 1, InMemory: true, Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lc.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return lc
+}
