@@ -138,33 +138,61 @@ func (o *ostTree) settle() {
 		nodes = append(nodes, ostNode{v: v, n: 1})
 	}
 	o.gathered = nil
-	var stack []*ostNode
+	o.root = buildTreap(nodes)
+}
+
+// treapNode is a node a stack can build a treap of.
+type treapNode[T any] interface {
+	*T
+	prio() uint64
+	kids() (*T, *T)
+	setLeft(*T)
+	setRight(*T)
+	fix()
+}
+
+// buildTreap links nodes, sorted by key, into a treap (heap-ordered by
+// prio, the highest at the root) in linear time, and returns its root.
+func buildTreap[T any, P treapNode[T]](nodes []T) *T {
+	var stack []P
 	for i := range nodes {
-		t := &nodes[i]
-		var last *ostNode
-		for len(stack) > 0 && ostPrio(stack[len(stack)-1].v) < ostPrio(t.v) {
+		t := P(&nodes[i])
+		var last P
+		for len(stack) > 0 && stack[len(stack)-1].prio() < t.prio() {
 			last = stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
 		}
-		t.left = last
+		t.setLeft(last)
 		if len(stack) > 0 {
-			stack[len(stack)-1].right = t
+			stack[len(stack)-1].setRight(t)
 		}
 		stack = append(stack, t)
 	}
-	o.root = stack[0]
-	ostFixAll(o.root)
+	root := stack[0]
+	fixTreap[T, P](root)
+	return root
 }
 
-// ostFixAll sets the counts of a built subtree.
-func ostFixAll(t *ostNode) {
+// fixTreap sets the figures of a built subtree, children first.
+func fixTreap[T any, P treapNode[T]](t P) {
 	if t == nil {
 		return
 	}
-	ostFixAll(t.left)
-	ostFixAll(t.right)
+	l, r := t.kids()
+	fixTreap[T, P](l)
+	fixTreap[T, P](r)
 	t.fix()
 }
+
+func (t *ostNode) prio() uint64               { return ostPrio(t.v) }
+func (t *ostNode) kids() (*ostNode, *ostNode) { return t.left, t.right }
+func (t *ostNode) setLeft(l *ostNode)         { t.left = l }
+func (t *ostNode) setRight(r *ostNode)        { t.right = r }
+
+func (t *seqNode) prio() uint64               { return ostPrio(int64(t.seq)) }
+func (t *seqNode) kids() (*seqNode, *seqNode) { return t.left, t.right }
+func (t *seqNode) setLeft(l *seqNode)         { t.left = l }
+func (t *seqNode) setRight(r *seqNode)        { t.right = r }
 
 func (o *ostTree) len() int { return o.root.sz() }
 
@@ -222,26 +250,28 @@ func ostDelete(t *ostNode, v int64) *ostNode {
 	case t.n > 1:
 		t.n--
 	default:
-		return ostJoin(t.left, t.right)
+		return joinTreaps(t.left, t.right)
 	}
 	t.fix()
 	return t
 }
 
-// ostJoin joins two treaps, every value of a below every value of b.
-func ostJoin(a, b *ostNode) *ostNode {
+// joinTreaps joins two treaps, every key of a below every key of b.
+func joinTreaps[T any, P treapNode[T]](a, b P) P {
 	if a == nil {
 		return b
 	}
 	if b == nil {
 		return a
 	}
-	if ostPrio(a.v) > ostPrio(b.v) {
-		a.right = ostJoin(a.right, b)
+	if a.prio() > b.prio() {
+		_, r := a.kids()
+		a.setRight(joinTreaps(P(r), b))
 		a.fix()
 		return a
 	}
-	b.left = ostJoin(a, b.left)
+	l, _ := b.kids()
+	b.setLeft(joinTreaps(a, P(l)))
 	b.fix()
 	return b
 }
@@ -348,32 +378,7 @@ func (o *seqTree) settle() {
 		nodes[i].seq, nodes[i].v = g[0], g[1]
 	}
 	o.gathered = nil
-	var stack []*seqNode
-	for i := range nodes {
-		t := &nodes[i]
-		var last *seqNode
-		for len(stack) > 0 && ostPrio(int64(stack[len(stack)-1].seq)) < ostPrio(int64(t.seq)) {
-			last = stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-		}
-		t.left = last
-		if len(stack) > 0 {
-			stack[len(stack)-1].right = t
-		}
-		stack = append(stack, t)
-	}
-	o.root = stack[0]
-	seqFixAll(o.root)
-}
-
-// seqFixAll sets the counts and sums of a built subtree.
-func seqFixAll(t *seqNode) {
-	if t == nil {
-		return
-	}
-	seqFixAll(t.left)
-	seqFixAll(t.right)
-	t.fix()
+	o.root = buildTreap(nodes)
 }
 
 func (o *seqTree) len() int { return o.root.sz() }
@@ -421,27 +426,10 @@ func seqDelete(t *seqNode, seq uint64) *seqNode {
 	case seq > t.seq:
 		t.right = seqDelete(t.right, seq)
 	default:
-		return seqJoin(t.left, t.right)
+		return joinTreaps(t.left, t.right)
 	}
 	t.fix()
 	return t
-}
-
-func seqJoin(a, b *seqNode) *seqNode {
-	if a == nil {
-		return b
-	}
-	if b == nil {
-		return a
-	}
-	if ostPrio(int64(a.seq)) > ostPrio(int64(b.seq)) {
-		a.right = seqJoin(a.right, b)
-		a.fix()
-		return a
-	}
-	b.left = seqJoin(a, b.left)
-	b.fix()
-	return b
 }
 
 // upTo is the count and sum of the values at Seq seq or below.
@@ -520,6 +508,10 @@ type statsAgg struct {
 	// bulk is set while rebuildStatsAgg counts the history: each entry's
 	// bucket, in order.
 	bulk []*allocAgg
+	// last is the bucket last counted in, of key lastKey (nil when it was
+	// dropped): consecutive allocations often share one.
+	last    *allocAgg
+	lastKey aggKey
 	// devPools counts the devices per type and pool.
 	devPools map[DeviceType]map[string]int
 	// lost counts, per device, the retained allocations lost on it;
@@ -549,6 +541,22 @@ func newStatsAgg() *statsAgg {
 	}
 }
 
+// typePoolEntry is the entry of type t and pool in m, made by mk when
+// there is none, and the type's map.
+func typePoolEntry[V any](m map[DeviceType]map[string]*V, t DeviceType, pool string, mk func() *V) (map[string]*V, *V) {
+	byPool := m[t]
+	if byPool == nil {
+		byPool = map[string]*V{}
+		m[t] = byPool
+	}
+	v := byPool[pool]
+	if v == nil {
+		v = mk()
+		byPool[pool] = v
+	}
+	return byPool, v
+}
+
 // countLost counts (sign 1) or uncounts (-1) a retained lost allocation
 // on each of its devices.
 func (s *State) countLost(a *Allocation, sign int) {
@@ -576,16 +584,9 @@ func (g *statsAgg) flakyFile(d *Device, sign int) {
 	if d == nil || g.lost[d.ID] < RecommendLostPerDevice {
 		return
 	}
-	m := g.flaky[d.Type]
-	if m == nil {
-		m = map[string]*flakySet{}
-		g.flaky[d.Type] = m
-	}
-	f := m[d.Pool]
-	if f == nil {
-		f = &flakySet{ids: btree.NewG(btreeDegree, func(a, b string) bool { return a < b })}
-		m[d.Pool] = f
-	}
+	m, f := typePoolEntry(g.flaky, d.Type, d.Pool, func() *flakySet {
+		return &flakySet{ids: btree.NewG(btreeDegree, func(a, b string) bool { return a < b })}
+	})
 	f.lost += sign * g.lost[d.ID]
 	if sign > 0 {
 		f.ids.ReplaceOrInsert(d.ID)
@@ -640,7 +641,11 @@ func (g *statsAgg) drop(k aggKey) {
 // to or from its bucket.
 func (s *State) aggCount(a *Allocation, sign int) {
 	k := aggKey{t: a.Request.PrimaryType(), pool: s.statsPool(a), ns: a.Namespace}
-	b := s.agg.bucket(k, true)
+	b := s.agg.last
+	if b == nil || k != s.agg.lastKey {
+		b = s.agg.bucket(k, true)
+		s.agg.last, s.agg.lastKey = b, k
+	}
 	b.counts.addSigned(a, sign)
 	if b.prios == nil {
 		b.prios = map[int]int{}
@@ -667,6 +672,7 @@ func (s *State) aggCount(a *Allocation, sign int) {
 	}
 	if b.counts.Total == 0 {
 		s.agg.drop(k)
+		s.agg.last = nil
 	}
 }
 

@@ -201,16 +201,7 @@ func (g *statsDev) setHost(s *State, id string) {
 func (g *statsDev) apply(sh *hostShare, sign int) {
 	for i := range sh.shares {
 		ds := &sh.shares[i]
-		m := g.figures[ds.t]
-		if m == nil {
-			m = map[string]*devFigures{}
-			g.figures[ds.t] = m
-		}
-		f := m[ds.pool]
-		if f == nil {
-			f = &devFigures{}
-			m[ds.pool] = f
-		}
+		m, f := typePoolEntry(g.figures, ds.t, ds.pool, func() *devFigures { return &devFigures{} })
 		f.add(&ds.f, sign)
 		if f.counts.Total == 0 {
 			delete(m, ds.pool)

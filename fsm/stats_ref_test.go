@@ -2,7 +2,9 @@ package fsm
 
 import (
 	"fmt"
+	"math"
 	"reflect"
+	"slices"
 	"sort"
 )
 
@@ -450,4 +452,93 @@ func checkDeviceFigures(s *State, i int) error {
 		}
 	}
 	return nil
+}
+
+// summarizeDurations sorts ds (nanoseconds) in place and summarises it.
+func summarizeDurations(ds []int64) DurationStats {
+	if len(ds) == 0 {
+		return DurationStats{}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	// An exact sum, rounded once: the incremental statistics
+	// (stats_agg.go) sum in another order and must give the same mean.
+	var sum u128
+	for _, d := range ds {
+		sum.add(uint64(d))
+	}
+	return DurationStats{
+		Count: len(ds),
+		Mean:  sum.float() / float64(len(ds)) / 1e9,
+		P50:   float64(nearestRank(ds, 0.50)) / 1e9,
+		P95:   float64(nearestRank(ds, 0.95)) / 1e9,
+	}
+}
+
+// nearestRank is the p-th percentile of sorted ds: the smallest value with
+// at least p of the values at or below it.
+func nearestRank(ds []int64, p float64) int64 {
+	i := int(math.Ceil(p*float64(len(ds)))) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(ds) {
+		i = len(ds) - 1
+	}
+	return ds[i]
+}
+
+// allocBuckets groups the retained and live allocations of type only (or
+// of every type when only is "") in the namespaces ns (every namespace
+// when empty) by type and pool, each list in arrival (Seq) order.
+func (s *State) allocBuckets(only DeviceType, ns []string) map[DeviceType]map[string][]*Allocation {
+	out := map[DeviceType]map[string][]*Allocation{}
+	put := func(a *Allocation) {
+		t := a.Request.PrimaryType()
+		if only != "" && t != only {
+			return
+		}
+		if len(ns) > 0 && !slices.Contains(ns, a.Namespace) {
+			return
+		}
+		m := out[t]
+		if m == nil {
+			m = map[string][]*Allocation{}
+			out[t] = m
+		}
+		p := s.statsPool(a)
+		m[p] = append(m[p], a)
+	}
+	s.history.each(func(a *Allocation) bool {
+		put(a)
+		return true
+	})
+	for _, a := range s.allocs { // sorted below
+		put(a)
+	}
+	for _, m := range out {
+		for _, list := range m {
+			sort.Slice(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
+		}
+	}
+	return out
+}
+
+func (s *State) summarize(list []*Allocation) outcomeSummary {
+	var o outcomeSummary
+	var durs, waits []int64
+	for _, a := range list {
+		o.counts.add(a)
+		if a.AllocatedAt == 0 {
+			continue
+		}
+		end := a.EndedAt
+		if a.Status == Active {
+			end = s.now
+		}
+		durs = append(durs, end-a.AllocatedAt)
+		waits = append(waits, a.AllocatedAt-a.RequestedAt)
+	}
+	o.duration = summarizeDurations(durs)
+	o.queueWait = summarizeDurations(waits)
+	return o
 }
