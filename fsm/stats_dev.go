@@ -599,11 +599,12 @@ func (s *State) ownScope() (string, poolSet) {
 			over = append(over, p)
 		}
 	}
-	in := func(p string) bool { _, ok := s.poolPolicies[p]; return !ok || p == "" }
 	if len(over) == 0 {
-		return "*", in
+		return "*", onePool(AllPools)
 	}
-	return "-" + strings.Join(over, "\x00"), in
+	// The scope's cache outlives this call: in reads the set named by
+	// the id, not the policies as they will be.
+	return "-" + strings.Join(over, "\x00"), func(p string) bool { return !slices.Contains(over, p) }
 }
 
 // poolScopeID is the id of the scope of one pool, or of every pool.

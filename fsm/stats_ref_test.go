@@ -365,8 +365,8 @@ func CheckStatsAgainstScratch(s *State, i int) error {
 	if err := checkDeviceFigures(s, i); err != nil {
 		return err
 	}
-	// Recommend: under every filter where everything is checked, every
-	// 16th check under one of them.
+	// Recommend: with no filter where everything is checked, every 32nd
+	// check under one filter in turn.
 	type recFilter struct {
 		t  DeviceType
 		ns []string
@@ -382,10 +382,11 @@ func CheckStatsAgainstScratch(s *State, i int) error {
 		}
 	}
 	switch {
-	case i >= 0 && i%64 == 0:
-	case i >= 0 && i%16 == 0:
-		recs = recs[i/16%len(recs) : i/16%len(recs)+1]
-	case i >= 0:
+	case i < 0:
+		recs = recs[:1]
+	case i%32 == 0:
+		recs = recs[i/32%len(recs) : i/32%len(recs)+1]
+	default:
 		recs = nil
 	}
 	for _, f := range recs {
@@ -399,10 +400,10 @@ func CheckStatsAgainstScratch(s *State, i int) error {
 
 // checkDeviceFigures compares the device figures kept per type and pool
 // (counts, utilisation, every pool and all together) with a
-// recomputation, and those of one pool scope (fragmentation under the
-// scope's typical requests, the spread of host utilisation): the i-th of
-// the scopes of every type (every pool, each pool, the own policy scope),
-// all of them when i < 0.
+// recomputation; and, every 8th check, those of one pool scope
+// (fragmentation under the scope's typical requests, the spread of host
+// utilisation), the scopes of every type (every pool, each pool, the own
+// policy scope) in turn; all of them when i < 0.
 func checkDeviceFigures(s *State, i int) error {
 	g := s.agg.dev
 	g.mu.Lock()
@@ -429,9 +430,13 @@ func checkDeviceFigures(s *State, i int) error {
 		id, in := s.ownScope()
 		scopes = append(scopes, scope{t, id, in})
 	}
-	if i >= 0 {
-		k := i % len(scopes)
+	switch {
+	case i < 0:
+	case i%8 == 0:
+		k := i / 8 % len(scopes)
 		scopes = scopes[k : k+1]
+	default:
+		scopes = nil
 	}
 	for _, sc := range scopes {
 		typical, samples := s.typicalFor(sc.t, sc.in)
