@@ -99,6 +99,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	pc := s.requestPolicy(&a.Request)
 	a.Policy = pc.Policy
 	s.shapes.add(&a.Request)
+	s.agg.dev.added++
 
 	if p := s.place(&a.Request, pc); p != nil {
 		s.allocs[a.ID] = a

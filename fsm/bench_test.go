@@ -341,28 +341,79 @@ func benchHistoryState(b *testing.B, hosts, history int) *harness {
 	return h
 }
 
+// statsScaleStates keeps the states BenchmarkStatsScale built, so that
+// -count runs build each once.
+var statsScaleStates = map[int]*harness{}
+
 // BenchmarkStatsScale reads the statistics and recommendations of large
-// states; "scratch" is the from-scratch reference, what Stats cost before
-// the aggregates.
+// states. "stats" and "recommend" read a state that did not change since
+// the last read; "stats-churn" places and releases one GPU before each
+// read, so the read brings the figures of one host up to date;
+// "rebuild" is rebuildStatsAgg, what Restore pays for the aggregates
+// (the device side is then computed by the first read, "first-read").
+// "stats-scratch" and "recommend-scratch" are the from-scratch
+// references, what Stats and Recommend cost before the aggregates; they
+// run on the smaller state only (one call takes seconds on the larger).
 //
-//	go test -run '^$' -bench 'Stats|Recommend' -count 5 ./fsm/
+//	go test -run '^$' -bench 'StatsScale' -benchtime 3x -count 5 ./fsm/
 func BenchmarkStatsScale(b *testing.B) {
 	for _, size := range []struct{ hosts, history int }{{1250, 100000}, {12500, 1000000}} {
-		h := benchHistoryState(b, size.hosts, size.history)
+		h := statsScaleStates[size.hosts]
+		if h == nil {
+			h = benchHistoryState(b, size.hosts, size.history)
+			statsScaleStates[size.hosts] = h
+		}
 		name := fmt.Sprintf("devices=%d/history=%d", size.hosts*8, size.history)
+		small := size.hosts <= 1250
+		b.Run("rebuild/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				h.s.rebuildStatsAgg()
+			}
+		})
+		b.Run("first-read/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				h.s.rebuildStatsAgg()
+				b.StartTimer()
+				h.s.Stats(StatsFilter{})
+				h.s.Recommend("")
+			}
+		})
 		b.Run("stats/"+name, func(b *testing.B) {
+			h.s.Stats(StatsFilter{})
+			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				h.s.Stats(StatsFilter{})
 			}
 		})
+		b.Run("stats-churn/"+name, func(b *testing.B) {
+			h.s.Stats(StatsFilter{})
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if r := h.apply(gpuReq(16)); r.Err == nil {
+					h.apply(&Release{AllocationID: r.Allocation.ID})
+				}
+				h.s.Stats(StatsFilter{})
+			}
+		})
+		b.Run("recommend/"+name, func(b *testing.B) {
+			h.s.Recommend("")
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				h.s.Recommend("")
+			}
+		})
+		if !small {
+			continue
+		}
 		b.Run("stats-scratch/"+name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				h.s.statsFromScratch(StatsFilter{})
 			}
 		})
-		b.Run("recommend/"+name, func(b *testing.B) {
+		b.Run("recommend-scratch/"+name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				h.s.Recommend("")
+				h.s.recommendFromScratch("")
 			}
 		})
 	}

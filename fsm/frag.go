@@ -56,6 +56,7 @@ const fragCopyWeight = 0.5
 type weightedShape struct {
 	shape  Shape
 	weight float64
+	key    string
 }
 
 // typicalShapes picks, from the shapes that keep accepts, the most common
@@ -65,12 +66,10 @@ type weightedShape struct {
 func typicalShapes(list []Shape, keep func(*Shape) bool) ([]weightedShape, int) {
 	counts := map[string]int{}
 	first := map[string]int{}
-	samples := 0
 	for i := range list {
 		if keep != nil && !keep(&list[i]) {
 			continue
 		}
-		samples++
 		k := list[i].key()
 		if _, ok := first[k]; !ok {
 			first[k] = i
@@ -78,12 +77,36 @@ func typicalShapes(list []Shape, keep func(*Shape) bool) ([]weightedShape, int) 
 		counts[k]++
 	}
 	keys := sortedKeys(counts)
-	sort.SliceStable(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
+	sc := make([]shapeCount, len(keys))
+	for i, k := range keys {
+		sc[i] = shapeCount{key: k, n: counts[k], shape: list[first[k]]}
+	}
+	return typicalOf(sc)
+}
+
+// shapeCount is a request shape, its key and how many recent requests
+// had it.
+type shapeCount struct {
+	key   string
+	n     int
+	shape Shape
+}
+
+// typicalOf picks the typical shapes of counts (sorted by key): the most
+// common ones that together cover fragCoverage of them, most common first
+// (equal counts by key), with weights summing to 1; and the number of
+// requests counted.
+func typicalOf(counts []shapeCount) ([]weightedShape, int) {
+	samples := 0
+	for _, c := range counts {
+		samples += c.n
+	}
+	sort.SliceStable(counts, func(i, j int) bool { return counts[i].n > counts[j].n })
 	var out []weightedShape
 	covered := 0
-	for _, k := range keys {
-		out = append(out, weightedShape{shape: list[first[k]], weight: float64(counts[k])})
-		covered += counts[k]
+	for _, c := range counts {
+		out = append(out, weightedShape{shape: c.shape, weight: float64(c.n), key: c.key})
+		covered += c.n
 		if float64(covered) >= fragCoverage*float64(samples) {
 			break
 		}
@@ -419,6 +442,18 @@ func (w *fragWorkload) fragOf(devs []fragDev, span *fragSpans) float64 {
 	if total <= eps {
 		return 0
 	}
+	w.measure(devs, span)
+	frag := 0.0
+	for si := range w.shapes {
+		sh := &w.shapes[si]
+		frag += sh.weight * w.unusable(sh, total)
+	}
+	return frag
+}
+
+// measure finds, per distinct claim, the usable capacity and the copies
+// the view devs can serve.
+func (w *fragWorkload) measure(devs []fragDev, span *fragSpans) {
 	for k := range w.claims {
 		fc := &w.claims[k]
 		// A claim of several devices counts whole sets of them; one of a
@@ -438,16 +473,15 @@ func (w *fragWorkload) fragOf(devs []fragDev, span *fragSpans) float64 {
 		}
 		w.usable[k], w.copies[k] = usable, copies
 	}
-	frag := 0.0
-	for si := range w.shapes {
-		sh := &w.shapes[si]
-		unusable := total
-		if sh.measured >= 0 {
-			unusable -= w.usable[sh.measured] * w.servable(sh)
-		}
-		frag += sh.weight * unusable
+}
+
+// unusable is the free capacity of the measured type (total) that shape
+// sh could not use on the host just measured.
+func (w *fragWorkload) unusable(sh *fragShape, total float64) float64 {
+	if sh.measured < 0 {
+		return total
 	}
-	return frag
+	return total - w.usable[sh.measured]*w.servable(sh)
 }
 
 // servable is the share of the usable capacity of the measured type that
@@ -468,41 +502,6 @@ func (w *fragWorkload) servable(sh *fragShape) float64 {
 		return 0
 	}
 	return 1 - fragCopyWeight*(1-k/all)
-}
-
-// fragmentation is the share of the free capacity of type t in the pools
-// of in (schedulable devices) that the typical recent requests for it
-// could not use, and the number of recent requests behind the figure:
-// the measure above, summed over the up hosts. Devices of type t in other
-// pools are shown taken. It reads the state without touching its caches,
-// so statistics may be read side by side.
-func (s *State) fragmentation(t DeviceType, in poolSet) (float64, int) {
-	shapes, samples := typicalShapes(s.shapes.list, func(sh *Shape) bool {
-		for _, c := range sh.Claims {
-			if c.Type == t && (c.Pool == "" || in(c.Pool)) {
-				return true
-			}
-		}
-		return false
-	})
-	if len(shapes) == 0 {
-		return 0, samples
-	}
-	fc := &fragClasses{}
-	w := compileWorkload(fc, servableShapes(s, shapes), t)
-	hide := func(d *Device) bool { return d.Type == t && !in(d.Pool) }
-	var view []fragDev
-	var span fragSpans
-	free, frag := 0.0, 0.0
-	for _, hid := range sortedKeys(s.hosts) {
-		view = buildView(s, s.hosts[hid], nil, fc, hide, view[:0], &span)
-		free += w.free(view, &span)
-		frag += w.fragOf(view, &span)
-	}
-	if free <= eps {
-		return 0, samples
-	}
-	return math.Min(1, frag/free), samples
 }
 
 // signature describes a typical workload: equal signatures, equal

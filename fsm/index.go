@@ -278,6 +278,7 @@ func (s *State) removeClassDevice(d *Device) {
 func (s *State) unindex(d *Device) {
 	s.markFragStale(d.Host)
 	s.markHostDirty(d.Host)
+	s.agg.dev.note(d.Host, len(s.hosts))
 	if !d.indexed {
 		return
 	}
@@ -300,6 +301,7 @@ func (s *State) unindex(d *Device) {
 func (s *State) reindex(d *Device) {
 	s.markFragStale(d.Host)
 	s.markHostDirty(d.Host)
+	s.agg.dev.note(d.Host, len(s.hosts))
 	if h := s.hosts[d.Host]; h != nil {
 		s.refreshLoad(h, d.Type)
 	}

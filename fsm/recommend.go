@@ -138,67 +138,178 @@ func packs(p Policy) bool {
 
 // recScope is a policy scope of one device type.
 type recScope struct {
-	t      DeviceType
-	pool   string
+	t    DeviceType
+	pool string
+	// id names the scope's pools for the device figures (stats_dev.go).
+	id     string
 	in     poolSet
 	policy PolicyConfig
-	allocs []*Allocation // Seq order
+	// pools are the pools with devices or allocations it covers, by name.
+	pools []string
 }
 
-// scopes lists the policy scopes of type t: the type's own (when any of
-// its pools follows the type's policy), then each overridden pool by name.
-func (s *State) scopes(t DeviceType, buckets map[string][]*Allocation, devPools map[string]bool) []recScope {
-	names := map[string]bool{}
-	for p := range devPools {
-		names[p] = true
-	}
-	for p := range buckets {
-		names[p] = true
-	}
-	var own []*Allocation
-	ownUsed := false
-	var overridden []string
+// scopes lists the policy scopes of type t over the pools named: the
+// type's own (when any of them follows the type's policy), then each
+// overridden pool by name.
+func (s *State) scopes(t DeviceType, names map[string]bool) []recScope {
+	var own, overridden []string
 	for _, p := range sortedKeys(names) {
 		if _, ok := s.poolPolicies[p]; ok && p != "" {
 			overridden = append(overridden, p)
 			continue
 		}
-		ownUsed = true
-		own = append(own, buckets[p]...)
+		own = append(own, p)
 	}
 	var out []recScope
-	if ownUsed {
-		sort.Slice(own, func(i, j int) bool { return own[i].Seq < own[j].Seq })
-		out = append(out, recScope{t: t, pool: "", policy: s.policyFor(t, ""), allocs: own,
-			in: func(p string) bool { _, ok := s.poolPolicies[p]; return !ok || p == "" }})
+	if len(own) > 0 {
+		id, in := s.ownScope()
+		out = append(out, recScope{t: t, id: id, in: in, policy: s.policyFor(t, ""), pools: own})
 	}
 	for _, p := range overridden {
-		out = append(out, recScope{t: t, pool: p, in: onePool(p), policy: s.policyFor(t, p), allocs: buckets[p]})
+		out = append(out, recScope{t: t, pool: p, id: poolScopeID(p), in: onePool(p), policy: s.policyFor(t, p), pools: []string{p}})
 	}
 	return out
+}
+
+// scopeFigures are what the recommendations of a scope read.
+type scopeFigures struct {
+	sum outcomeSummary
+	// priorities counts the distinct request priorities.
+	priorities int
+	// waits counts the queue waits of the requests not refused at once;
+	// olderMean and recentMean are the mean of the older half (in arrival
+	// order, the smaller half) and of the rest, in seconds.
+	waits                 int
+	olderMean, recentMean float64
+	// Of the allocations that got devices: how many hold no lease, how
+	// many ended and how many of those within RecommendShortDuration.
+	noLease, ended, short int
+	frag                  float64
+	fragSamples           int
+	// The spread of host utilisation (hostUtilSpread).
+	utilHi, utilLo   float64
+	utilHosts, inUse int
 }
 
 // Recommend returns the recommendations for device type t, or for every
 // type when t is "", from the allocations of the namespaces ns (every
 // namespace when none is named), sorted by priority (high first), kind,
-// pool, type and message. An unknown type has none.
+// pool, type and message. An unknown type has none. It reads the
+// aggregates kept as commands apply; recommendFromScratch in the tests
+// computes the same from every allocation and device.
 func (s *State) Recommend(t DeviceType, ns ...string) []Recommendation {
 	out := []Recommendation{}
 	if t != "" && !t.Valid() {
 		return out
 	}
-	buckets := s.allocBuckets(t, ns)
-	devPools := s.devicePools()
-	lost := s.lostPerDevice()
+	g := s.agg.dev
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.beginRead()
+	defer g.finishRead()
+	ns = dedupe(ns)
 	for _, typ := range DeviceTypes {
 		if t != "" && typ != t {
 			continue
 		}
-		for _, sc := range s.scopes(typ, buckets[typ], devPools[typ]) {
-			out = append(out, s.recommendScope(&sc)...)
+		sets, names := s.poolSets(typ, ns)
+		for _, sc := range s.scopes(typ, names) {
+			f := s.scopeFigures(&sc, sets)
+			out = append(out, s.recommendScope(&sc, &f)...)
 		}
-		out = append(out, s.recommendDrain(typ, lost)...)
+		out = append(out, recommendDrain(typ, s.drainPools(typ))...)
 	}
+	sortRecommendations(out)
+	return out
+}
+
+// scopeFigures assembles a scope's figures from the aggregates; the
+// caller holds statsDev.mu.
+func (s *State) scopeFigures(sc *recScope, sets map[string]aggSet) scopeFigures {
+	var bs aggSet
+	for _, p := range sc.pools {
+		bs = append(bs, sets[p]...)
+	}
+	f := scopeFigures{sum: bs.summary(s.now)}
+	prios := map[int]bool{}
+	for _, b := range bs {
+		for p := range b.prios { // a set: order-free
+			prios[p] = true
+		}
+		f.noLease += b.noLease
+		f.ended += b.finished
+		f.short += b.short
+	}
+	f.priorities = len(prios)
+	f.waits, f.olderMean, f.recentMean = bs.waitHalves(s.now, s.seq)
+	typical, samples := s.typicalFor(sc.t, sc.in)
+	f.fragSamples = samples
+	if len(typical) == 0 && sc.policy.Policy != LoadBalanced {
+		return f
+	}
+	c := s.agg.dev.scope(s, sc.t, sc.id, sc.in)
+	if len(typical) > 0 {
+		f.frag = c.fragmentation(s, typical)
+	}
+	f.utilHi, f.utilLo, f.utilHosts, f.inUse = c.spread()
+	return f
+}
+
+// waitHalves is the number of queue waits of the buckets (requests not
+// refused at once: until placed, until they ended, or until now while
+// pending) and the mean of the older half by Seq and of the rest, in
+// seconds. maxSeq bounds the Seqs.
+func (bs aggSet) waitHalves(now int64, maxSeq uint64) (int, float64, float64) {
+	n := 0
+	var total u128
+	upTo := func(seq uint64) (int, u128) {
+		k, sum := 0, u128{}
+		for _, b := range bs {
+			c, d := b.waited.upTo(seq)
+			k += c
+			sum = sum.plus(d)
+			c, d = b.waiting.upTo(seq)
+			k += c
+			sum = sum.plus(mul64(uint64(c), uint64(now))).minus(d)
+		}
+		return k, sum
+	}
+	for _, b := range bs {
+		n += b.waited.len() + b.waiting.len()
+	}
+	if n == 0 {
+		return 0, 0, 0
+	}
+	_, total = upTo(maxSeq)
+	half := n / 2
+	var older u128
+	if half > 0 {
+		lo, hi := uint64(0), maxSeq
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			if k, _ := upTo(mid); k >= half {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		_, older = upTo(lo)
+	}
+	return n, meanOf(older, half), meanOf(total.minus(older), n-half)
+}
+
+// meanOf is the mean in seconds of n durations (nanoseconds) summing to
+// sum; 0 when n is 0.
+func meanOf(sum u128, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return sum.float() / float64(n) / 1e9
+}
+
+// sortRecommendations sorts by priority (high first), kind, pool, type and
+// message.
+func sortRecommendations(out []Recommendation) {
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := &out[i], &out[j]
 		if a.Priority.rank() != b.Priority.rank() {
@@ -215,7 +326,6 @@ func (s *State) Recommend(t DeviceType, ns ...string) []Recommendation {
 		}
 		return a.Message < b.Message
 	})
-	return out
 }
 
 func typeRank(t DeviceType) int {
@@ -235,72 +345,8 @@ func scopeName(sc *recScope) string {
 	return fmt.Sprintf("%s in pool %q", sc.t, sc.pool)
 }
 
-// waitSamples are the queue waits of the requests that were not refused
-// at once, in arrival order: until placed, until they timed out or were
-// cancelled, or until now while pending.
-func (s *State) waitSamples(list []*Allocation) []int64 {
-	var out []int64
-	for _, a := range list {
-		switch {
-		case a.Status == Failed:
-			continue
-		case a.AllocatedAt != 0:
-			out = append(out, a.AllocatedAt-a.RequestedAt)
-		case a.Status == Pending:
-			out = append(out, s.now-a.RequestedAt)
-		default:
-			out = append(out, a.EndedAt-a.RequestedAt)
-		}
-	}
-	return out
-}
-
-func meanSeconds(ds []int64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	sum := 0.0
-	for _, d := range ds {
-		sum += float64(d)
-	}
-	return sum / float64(len(ds)) / 1e9
-}
-
-// hostUtilSpread is the most and least utilisation of type t among up
-// hosts with schedulable devices of t in the scope, the number of those
-// hosts and of their devices in use.
-func (s *State) hostUtilSpread(t DeviceType, in poolSet) (hi, lo float64, hosts, inUse int) {
-	for _, hid := range sortedKeys(s.hosts) {
-		n, used := 0, 0.0
-		for _, id := range s.hosts[hid].Devices {
-			d := s.devices[id]
-			if d.Type != t || !in(d.Pool) || !s.schedulable(d) {
-				continue
-			}
-			n++
-			u := deviceUtil(d)
-			used += u
-			if u > 0 {
-				inUse++
-			}
-		}
-		if n == 0 {
-			continue
-		}
-		u := used / float64(n)
-		if hosts == 0 || u > hi {
-			hi = u
-		}
-		if hosts == 0 || u < lo {
-			lo = u
-		}
-		hosts++
-	}
-	return hi, lo, hosts, inUse
-}
-
 // recommendScope judges one policy scope.
-func (s *State) recommendScope(sc *recScope) []Recommendation {
+func (s *State) recommendScope(sc *recScope, f *scopeFigures) []Recommendation {
 	var out []Recommendation
 	rec := func(kind RecommendationKind, prio RecommendationPriority, n int, msg string, ev map[string]float64) *Recommendation {
 		out = append(out, Recommendation{Kind: kind, Type: sc.t, Pool: sc.pool, Message: msg, Evidence: ev, Priority: prio, Confidence: confidence(n)})
@@ -308,7 +354,7 @@ func (s *State) recommendScope(sc *recScope) []Recommendation {
 	}
 	name := scopeName(sc)
 	pol := sc.policy.Policy
-	sum := s.summarize(sc.allocs)
+	sum := f.sum
 	c := sum.counts
 	decided := c.Decided()
 	refusals := c.Failed + c.TimedOut
@@ -317,14 +363,10 @@ func (s *State) recommendScope(sc *recScope) []Recommendation {
 		refusalRate = float64(refusals) / float64(decided)
 		timeoutRate = float64(c.TimedOut) / float64(decided)
 	}
-	priorities := map[int]bool{}
-	for _, a := range sc.allocs {
-		priorities[a.Request.Priority] = true
-	}
 	policyAdvised := false
 
 	// Switch policy: fragmentation under a policy that does not pack.
-	frag, fragSamples := s.fragmentation(sc.t, sc.in)
+	frag, fragSamples := f.frag, f.fragSamples
 	if !packs(pol) && fragSamples >= RecommendMinSamples && frag >= RecommendFragmentationHigh {
 		prio := PriorityMedium
 		if refusals > 0 {
@@ -339,27 +381,25 @@ func (s *State) recommendScope(sc *recScope) []Recommendation {
 	}
 	// Switch policy: timeouts, when priority could decide who waits.
 	if !policyAdvised && pol != PriorityBased && decided >= RecommendMinSamples &&
-		timeoutRate >= RecommendTimeoutRateHigh && len(priorities) > 1 {
+		timeoutRate >= RecommendTimeoutRateHigh && f.priorities > 1 {
 		r := rec(KindSwitchPolicy, PriorityHigh, decided, fmt.Sprintf(
 			"%.0f%% of %s requests timed out under %s while their priorities differ; switch to %s so the most important are served and may preempt",
 			100*timeoutRate, name, pol, PriorityBased),
-			map[string]float64{"timeout_rate": timeoutRate, "timed_out": float64(c.TimedOut), "decided": float64(decided), "distinct_priorities": float64(len(priorities))})
+			map[string]float64{"timeout_rate": timeoutRate, "timed_out": float64(c.TimedOut), "decided": float64(decided), "distinct_priorities": float64(f.priorities)})
 		r.Policy = PriorityBased
 		policyAdvised = true
 	}
 
 	// Add capacity: refusals over the threshold, or queue waits growing.
-	waits := s.waitSamples(sc.allocs)
-	older, recent := waits[:len(waits)/2], waits[len(waits)/2:]
-	olderMean, recentMean := meanSeconds(older), meanSeconds(recent)
-	growing := len(waits) >= RecommendMinSamples && recentMean >= RecommendWaitMin.Seconds() &&
+	olderMean, recentMean := f.olderMean, f.recentMean
+	growing := f.waits >= RecommendMinSamples && recentMean >= RecommendWaitMin.Seconds() &&
 		recentMean >= RecommendWaitGrowth*olderMean
 	refusing := decided >= RecommendMinSamples && refusalRate >= RecommendRefusalRateHigh
 	capacityAdvised := refusing || growing
 	if capacityAdvised {
 		ev := map[string]float64{
 			"refusal_rate": refusalRate, "failed": float64(c.Failed), "timed_out": float64(c.TimedOut), "decided": float64(decided),
-			"wait_older_mean_s": olderMean, "wait_recent_mean_s": recentMean, "wait_samples": float64(len(waits)),
+			"wait_older_mean_s": olderMean, "wait_recent_mean_s": recentMean, "wait_samples": float64(f.waits),
 		}
 		var why []string
 		if refusing {
@@ -368,7 +408,7 @@ func (s *State) recommendScope(sc *recScope) []Recommendation {
 		if growing {
 			why = append(why, fmt.Sprintf("queue waits grew from %.1fs to %.1fs on average", olderMean, recentMean))
 		}
-		prio, n := PriorityMedium, len(waits)
+		prio, n := PriorityMedium, f.waits
 		if refusing {
 			prio, n = PriorityHigh, decided
 		}
@@ -378,7 +418,7 @@ func (s *State) recommendScope(sc *recScope) []Recommendation {
 	// Rebalance: hot hosts under LoadBalanced.
 	rebalanceAdvised := false
 	if pol == LoadBalanced {
-		hi, lo, hosts, inUse := s.hostUtilSpread(sc.t, sc.in)
+		hi, lo, hosts, inUse := f.utilHi, f.utilLo, f.utilHosts, f.inUse
 		if hosts >= 2 && hi-lo >= RecommendHotSpread {
 			rec(KindRebalance, PriorityMedium, inUse, fmt.Sprintf(
 				"%s host utilisation ranges from %.0f%% to %.0f%% under %s; move or drain work from the hottest hosts",
@@ -390,21 +430,7 @@ func (s *State) recommendScope(sc *recScope) []Recommendation {
 
 	// Long- and short-running patterns.
 	placed := c.Successful
-	noLease, ended, short := 0, 0, 0
-	for _, a := range sc.allocs {
-		if a.AllocatedAt == 0 {
-			continue
-		}
-		if a.Request.LeaseTTL == 0 {
-			noLease++
-		}
-		if a.EndedAt != 0 {
-			ended++
-			if a.EndedAt-a.AllocatedAt <= int64(RecommendShortDuration) {
-				short++
-			}
-		}
-	}
+	noLease, ended, short := f.noLease, f.ended, f.short
 	if placed >= RecommendMinSamples && sum.duration.P95 >= RecommendLongP95.Seconds() {
 		share := float64(noLease) / float64(placed)
 		if share >= RecommendNoLeaseShare {
@@ -446,58 +472,48 @@ func fmtSeconds(sec float64) string {
 	return time.Duration(sec * 1e9).Round(time.Second).String()
 }
 
-// lostPerDevice counts, per device, the retained allocations lost on it.
-func (s *State) lostPerDevice() map[string]int {
-	out := map[string]int{}
-	s.history.each(func(a *Allocation) bool {
-		if a.Status != Lost {
+// drainPool is what recommendDrain reads of one pool's devices of a
+// type: the unhealthy ones and the flaky ones (RecommendLostPerDevice or
+// more retained lost allocations), each by ID, the allocations lost on
+// the flaky ones and those held by the unhealthy ones.
+type drainPool struct {
+	unhealthy, flaky []string
+	lostOnFlaky      int
+	held             int
+}
+
+// drainPools gathers the drainPools of type t from the aggregates; the
+// caller holds statsDev.mu.
+func (s *State) drainPools(t DeviceType) map[string]*drainPool {
+	byPool := map[string]*drainPool{}
+	get := func(pool string) *drainPool {
+		p := byPool[pool]
+		if p == nil {
+			p = &drainPool{}
+			byPool[pool] = p
+		}
+		return p
+	}
+	for _, id := range sortedKeys(s.agg.dev.unhealthy[t]) {
+		d := s.devices[id]
+		p := get(d.Pool)
+		p.unhealthy = append(p.unhealthy, id)
+		p.held += len(d.Allocations)
+	}
+	for pool, f := range s.agg.flaky[t] { // filed by pool: order-free
+		p := get(pool)
+		p.lostOnFlaky = f.lost
+		f.ids.Ascend(func(id string) bool {
+			p.flaky = append(p.flaky, id)
 			return true
-		}
-		seen := map[string]bool{}
-		for _, as := range a.Devices {
-			if !seen[as.DeviceID] {
-				seen[as.DeviceID] = true
-				out[as.DeviceID]++
-			}
-		}
-		return true
-	})
-	return out
+		})
+	}
+	return byPool
 }
 
 // recommendDrain advises draining and replacing, per pool, the devices of
 // type t that are unhealthy or keep losing allocations.
-func (s *State) recommendDrain(t DeviceType, lost map[string]int) []Recommendation {
-	type poolDevs struct {
-		unhealthy, flaky []string
-		lostOnFlaky      int
-		held             int
-	}
-	byPool := map[string]*poolDevs{}
-	for _, id := range sortedKeys(s.devices) {
-		d := s.devices[id]
-		if d.Type != t {
-			continue
-		}
-		bad := d.Status == Unhealthy
-		flaky := lost[id] >= RecommendLostPerDevice
-		if !bad && !flaky {
-			continue
-		}
-		p := byPool[d.Pool]
-		if p == nil {
-			p = &poolDevs{}
-			byPool[d.Pool] = p
-		}
-		if bad {
-			p.unhealthy = append(p.unhealthy, id)
-			p.held += len(d.Allocations)
-		}
-		if flaky {
-			p.flaky = append(p.flaky, id)
-			p.lostOnFlaky += lost[id]
-		}
-	}
+func recommendDrain(t DeviceType, byPool map[string]*drainPool) []Recommendation {
 	var out []Recommendation
 	for _, pool := range sortedKeys(byPool) {
 		p := byPool[pool]
@@ -521,15 +537,24 @@ func (s *State) recommendDrain(t DeviceType, lost map[string]int) []Recommendati
 			// A device's status is observed, not inferred.
 			r.Priority, r.Confidence = PriorityHigh, 1
 		}
-		seen := map[string]bool{}
-		for _, id := range append(append([]string(nil), p.unhealthy...), p.flaky...) {
-			if !seen[id] {
-				seen[id] = true
-				r.Devices = append(r.Devices, id)
-			}
-		}
-		sort.Strings(r.Devices)
+		r.Devices = mergeSorted(p.unhealthy, p.flaky)
 		out = append(out, r)
+	}
+	return out
+}
+
+// mergeSorted is the union of two sorted lists of distinct IDs, sorted.
+func mergeSorted(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		switch {
+		case len(b) == 0 || len(a) > 0 && a[0] < b[0]:
+			out, a = append(out, a[0]), a[1:]
+		case len(a) == 0 || b[0] < a[0]:
+			out, b = append(out, b[0]), b[1:]
+		default:
+			out, a, b = append(out, a[0]), a[1:], b[1:]
+		}
 	}
 	return out
 }

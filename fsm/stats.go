@@ -1,10 +1,6 @@
 package fsm
 
-import (
-	"math"
-	"slices"
-	"sort"
-)
+import "slices"
 
 // Statistics summarise the retained history and the live state by device
 // type and pool. They are read-only and deterministic: every list is
@@ -91,39 +87,6 @@ type DurationStats struct {
 	P95   float64 `json:"p95_s"`
 }
 
-// summarizeDurations sorts ds (nanoseconds) in place and summarises it.
-func summarizeDurations(ds []int64) DurationStats {
-	if len(ds) == 0 {
-		return DurationStats{}
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	// An exact sum, rounded once: the incremental statistics
-	// (stats_agg.go) sum in another order and must give the same mean.
-	var sum u128
-	for _, d := range ds {
-		sum.add(uint64(d))
-	}
-	return DurationStats{
-		Count: len(ds),
-		Mean:  sum.float() / float64(len(ds)) / 1e9,
-		P50:   float64(nearestRank(ds, 0.50)) / 1e9,
-		P95:   float64(nearestRank(ds, 0.95)) / 1e9,
-	}
-}
-
-// nearestRank is the p-th percentile of sorted ds: the smallest value with
-// at least p of the values at or below it.
-func nearestRank(ds []int64, p float64) int64 {
-	i := int(math.Ceil(p*float64(len(ds)))) - 1
-	if i < 0 {
-		i = 0
-	}
-	if i >= len(ds) {
-		i = len(ds) - 1
-	}
-	return ds[i]
-}
-
 // DeviceCounts counts devices by status. Offline devices (host down) are
 // counted as offline whatever their own status; InUse devices hold at least
 // one active allocation.
@@ -197,67 +160,11 @@ func (s *State) statsPool(a *Allocation) string {
 	return a.Request.claimPool(0)
 }
 
-// allocBuckets groups the retained and live allocations of type only (or
-// of every type when only is "") in the namespaces ns (every namespace
-// when empty) by type and pool, each list in arrival (Seq) order.
-func (s *State) allocBuckets(only DeviceType, ns []string) map[DeviceType]map[string][]*Allocation {
-	out := map[DeviceType]map[string][]*Allocation{}
-	put := func(a *Allocation) {
-		t := a.Request.PrimaryType()
-		if only != "" && t != only {
-			return
-		}
-		if len(ns) > 0 && !slices.Contains(ns, a.Namespace) {
-			return
-		}
-		m := out[t]
-		if m == nil {
-			m = map[string][]*Allocation{}
-			out[t] = m
-		}
-		p := s.statsPool(a)
-		m[p] = append(m[p], a)
-	}
-	s.history.each(func(a *Allocation) bool {
-		put(a)
-		return true
-	})
-	for _, a := range s.allocs { // sorted below
-		put(a)
-	}
-	for _, m := range out {
-		for _, list := range m {
-			sort.Slice(list, func(i, j int) bool { return list[i].Seq < list[j].Seq })
-		}
-	}
-	return out
-}
-
-// outcomeSummary is what Stats derives from a list of allocations.
+// outcomeSummary is the allocation figures of a Stats entry.
 type outcomeSummary struct {
 	counts    OutcomeCounts
 	duration  DurationStats
 	queueWait DurationStats
-}
-
-func (s *State) summarize(list []*Allocation) outcomeSummary {
-	var o outcomeSummary
-	var durs, waits []int64
-	for _, a := range list {
-		o.counts.add(a)
-		if a.AllocatedAt == 0 {
-			continue
-		}
-		end := a.EndedAt
-		if a.Status == Active {
-			end = s.now
-		}
-		durs = append(durs, end-a.AllocatedAt)
-		waits = append(waits, a.AllocatedAt-a.RequestedAt)
-	}
-	o.duration = summarizeDurations(durs)
-	o.queueWait = summarizeDurations(waits)
-	return o
 }
 
 // successRate is successful over decided, 0 when nothing is decided.
@@ -284,96 +191,83 @@ func (s *State) schedulable(d *Device) bool {
 	return h != nil && h.Up && d.Status == Available
 }
 
-// utilisation is the mean used share of the schedulable devices of type t
-// in the pools of in.
-func (s *State) utilisation(t DeviceType, in poolSet) float64 {
-	n, used := 0, 0.0
-	for _, hid := range sortedKeys(s.hosts) {
-		for _, id := range s.hosts[hid].Devices {
-			d := s.devices[id]
-			if d.Type != t || !in(d.Pool) || !s.schedulable(d) {
-				continue
-			}
-			n++
-			used += deviceUtil(d)
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	return used / float64(n)
-}
-
-// deviceCounts counts the devices of type t in the pools of in.
-func (s *State) deviceCounts(t DeviceType, in poolSet) DeviceCounts {
-	var c DeviceCounts
-	for _, d := range s.devices { // counting only
-		if d.Type == t && in(d.Pool) {
-			c.add(s, d)
-		}
-	}
-	return c
-}
-
-// devicePools lists, per type, the pools that hold devices of the type.
-func (s *State) devicePools() map[DeviceType]map[string]bool {
-	out := map[DeviceType]map[string]bool{}
-	for _, d := range s.devices {
-		if out[d.Type] == nil {
-			out[d.Type] = map[string]bool{}
-		}
-		out[d.Type][d.Pool] = true
-	}
-	return out
-}
-
 // Stats returns statistics per device type: for each type, its total over
 // every pool (Pool == AllPools) followed by one entry per pool, sorted by
 // pool name. Types come in DeviceTypes order. A type appears when it has
 // devices or allocations; a type named by the filter always has its total.
-// The allocation figures are assembled from the aggregates kept as
-// commands apply (stats_agg.go); statsFromScratch in the tests computes
-// the same figures from every allocation.
-func (s *State) Stats(f StatsFilter) []Stats { return s.statsWith(f, s.statsEntry) }
+// The figures are assembled from the aggregates kept as commands apply
+// (stats_agg.go) and as hosts change (stats_dev.go); statsFromScratch in
+// the tests computes the same figures from every allocation and device.
+func (s *State) Stats(f StatsFilter) []Stats {
+	g := s.agg.dev
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.beginRead()
+	defer g.finishRead()
+	return s.statsWith(f, s.statsEntry)
+}
+
+// beginRead brings the device figures and the shape counts up to date;
+// the caller holds statsDev.mu.
+func (s *State) beginRead() {
+	g := s.agg.dev
+	g.reads++
+	g.syncFigures(s)
+	g.syncWindow(s.shapes.list)
+}
+
+// dedupe is the distinct strings of list, in their first order.
+func dedupe(list []string) []string {
+	var out []string
+	for _, n := range list {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// poolSets gathers the buckets of type t in the namespaces ns (every
+// namespace when empty) by pool, and names every pool with devices of the
+// type or such buckets.
+func (s *State) poolSets(t DeviceType, ns []string) (map[string]aggSet, map[string]bool) {
+	sets := map[string]aggSet{}
+	for p, byNS := range s.agg.buckets[t] {
+		var set aggSet
+		if len(ns) == 0 {
+			for _, b := range byNS { // order-free: sums and counts
+				set = append(set, b)
+			}
+		} else {
+			for _, n := range ns {
+				if b := byNS[n]; b != nil {
+					set = append(set, b)
+				}
+			}
+		}
+		if len(set) > 0 {
+			sets[p] = set
+		}
+	}
+	names := map[string]bool{}
+	for p := range s.agg.devPools[t] {
+		names[p] = true
+	}
+	for p := range sets {
+		names[p] = true
+	}
+	return sets, names
+}
 
 // statsWith is Stats with entry completing each entry.
 func (s *State) statsWith(f StatsFilter, entry func(DeviceType, string, outcomeSummary) Stats) []Stats {
-	var ns []string
-	for _, n := range f.Namespaces {
-		if !slices.Contains(ns, n) {
-			ns = append(ns, n)
-		}
-	}
+	ns := dedupe(f.Namespaces)
 	out := []Stats{}
 	for _, t := range DeviceTypes {
 		if f.Type != "" && t != f.Type {
 			continue
 		}
-		sets := map[string]aggSet{}
-		for p, byNS := range s.agg.buckets[t] {
-			var set aggSet
-			if len(ns) == 0 {
-				for _, b := range byNS { // order-free: sums and counts
-					set = append(set, b)
-				}
-			} else {
-				for _, n := range ns {
-					if b := byNS[n]; b != nil {
-						set = append(set, b)
-					}
-				}
-			}
-			if len(set) > 0 {
-				sets[p] = set
-			}
-		}
-		names := map[string]bool{}
-		for p := range s.agg.devPools[t] {
-			names[p] = true
-		}
-		for p := range sets {
-			names[p] = true
-		}
+		sets, names := s.poolSets(t, ns)
 		if len(names) == 0 && f.Type == "" {
 			continue
 		}
@@ -402,14 +296,26 @@ func (bs aggSet) summary(now int64) outcomeSummary {
 	return outcomeSummary{counts: bs.counts(), duration: bs.durations(now), queueWait: bs.waits()}
 }
 
-// statsEntry completes a Stats entry with the figures of the devices.
+// statsEntry completes a Stats entry with the figures of the devices; the
+// caller holds statsDev.mu.
 func (s *State) statsEntry(t DeviceType, pool string, sum outcomeSummary) Stats {
 	in := onePool(pool)
+	g := s.agg.dev
+	figs := g.poolFigures(t, in)
+	typical, _ := s.typicalFor(t, in)
+	frag := 0.0
+	if len(typical) > 0 {
+		frag = g.scope(s, t, poolScopeID(pool), in).fragmentation(s, typical)
+	}
+	return s.statsFrom(t, pool, sum, gridMean(figs.used, figs.sched), frag, figs.counts)
+}
+
+// statsFrom is a Stats entry of the figures given.
+func (s *State) statsFrom(t DeviceType, pool string, sum outcomeSummary, util, frag float64, devs DeviceCounts) Stats {
 	policyPool := pool
 	if pool == AllPools {
 		policyPool = ""
 	}
-	frag, _ := s.fragmentation(t, in)
 	return Stats{
 		Type:          t,
 		Pool:          pool,
@@ -418,9 +324,9 @@ func (s *State) statsEntry(t DeviceType, pool string, sum outcomeSummary) Stats 
 		SuccessRate:   successRate(sum.counts),
 		Duration:      sum.duration,
 		QueueWait:     sum.queueWait,
-		Utilisation:   s.utilisation(t, in),
+		Utilisation:   util,
 		Fragmentation: frag,
-		Devices:       s.deviceCounts(t, in),
+		Devices:       devs,
 	}
 }
 

@@ -1,9 +1,13 @@
 package fsm
 
 import (
+	"cmp"
 	"math"
 	"math/big"
 	"math/bits"
+	"slices"
+
+	"github.com/google/btree"
 )
 
 // The allocation figures of Stats (outcome counts, durations, queue waits)
@@ -101,7 +105,94 @@ func (t *ostNode) fix() { t.size = t.n + t.left.sz() + t.right.sz() }
 type ostTree struct {
 	root *ostNode
 	sum  u128
+	// gathered holds values to build the tree from (settle).
+	gathered []int64
 }
+
+// gather keeps a value for settle, which builds the tree at once.
+func (o *ostTree) gather(v int64) {
+	o.gathered = append(o.gathered, v)
+	o.sum.add(uint64(v))
+}
+
+// settle builds the (empty) tree from the values gathered: sorted, one
+// node per distinct value, put in treap order by a stack in linear time.
+func (o *ostTree) settle() {
+	if len(o.gathered) == 0 {
+		o.gathered = nil
+		return
+	}
+	slices.Sort(o.gathered)
+	n := 1
+	for i := 1; i < len(o.gathered); i++ {
+		if o.gathered[i] != o.gathered[i-1] {
+			n++
+		}
+	}
+	nodes := make([]ostNode, 0, n)
+	for _, v := range o.gathered {
+		if k := len(nodes); k > 0 && nodes[k-1].v == v {
+			nodes[k-1].n++
+			continue
+		}
+		nodes = append(nodes, ostNode{v: v, n: 1})
+	}
+	o.gathered = nil
+	o.root = buildTreap(nodes)
+}
+
+// treapNode is a node a stack can build a treap of.
+type treapNode[T any] interface {
+	*T
+	prio() uint64
+	kids() (*T, *T)
+	setLeft(*T)
+	setRight(*T)
+	fix()
+}
+
+// buildTreap links nodes, sorted by key, into a treap (heap-ordered by
+// prio, the highest at the root) in linear time, and returns its root.
+func buildTreap[T any, P treapNode[T]](nodes []T) *T {
+	var stack []P
+	for i := range nodes {
+		t := P(&nodes[i])
+		var last P
+		for len(stack) > 0 && stack[len(stack)-1].prio() < t.prio() {
+			last = stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+		}
+		t.setLeft(last)
+		if len(stack) > 0 {
+			stack[len(stack)-1].setRight(t)
+		}
+		stack = append(stack, t)
+	}
+	root := stack[0]
+	fixTreap[T, P](root)
+	return root
+}
+
+// fixTreap sets the figures of a built subtree, children first.
+func fixTreap[T any, P treapNode[T]](t P) {
+	if t == nil {
+		return
+	}
+	l, r := t.kids()
+	fixTreap[T, P](l)
+	fixTreap[T, P](r)
+	t.fix()
+}
+
+func (t *ostNode) prio() uint64               { return ostPrio(t.v) }
+func (t *ostNode) kids() (*ostNode, *ostNode) { return t.left, t.right }
+func (t *ostNode) setLeft(l *ostNode)         { t.left = l }
+func (t *ostNode) setRight(r *ostNode)        { t.right = r }
+
+func (t *seqNode) prio() uint64               { return ostPrio(int64(t.seq)) }
+func (t *seqNode) kids() (*seqNode, *seqNode) { return t.left, t.right }
+func (t *seqNode) setLeft(l *seqNode)         { t.left = l }
+func (t *seqNode) setRight(r *seqNode)        { t.right = r }
 
 func (o *ostTree) len() int { return o.root.sz() }
 
@@ -159,26 +250,28 @@ func ostDelete(t *ostNode, v int64) *ostNode {
 	case t.n > 1:
 		t.n--
 	default:
-		return ostJoin(t.left, t.right)
+		return joinTreaps(t.left, t.right)
 	}
 	t.fix()
 	return t
 }
 
-// ostJoin joins two treaps, every value of a below every value of b.
-func ostJoin(a, b *ostNode) *ostNode {
+// joinTreaps joins two treaps, every key of a below every key of b.
+func joinTreaps[T any, P treapNode[T]](a, b P) P {
 	if a == nil {
 		return b
 	}
 	if b == nil {
 		return a
 	}
-	if ostPrio(a.v) > ostPrio(b.v) {
-		a.right = ostJoin(a.right, b)
+	if a.prio() > b.prio() {
+		_, r := a.kids()
+		a.setRight(joinTreaps(P(r), b))
 		a.fix()
 		return a
 	}
-	b.left = ostJoin(a, b.left)
+	l, _ := b.kids()
+	b.setLeft(joinTreaps(a, P(l)))
 	b.fix()
 	return b
 }
@@ -231,6 +324,130 @@ func (o *ostTree) max() int64 {
 	return t.v
 }
 
+// seqNode is a node of a treap keyed by allocation Seq: a value, and
+// the count and exact sum of its subtree's values.
+type seqNode struct {
+	seq         uint64
+	v           uint64
+	size        int
+	sum         u128
+	left, right *seqNode
+}
+
+func (t *seqNode) sz() int {
+	if t == nil {
+		return 0
+	}
+	return t.size
+}
+
+func (t *seqNode) total() u128 {
+	if t == nil {
+		return u128{}
+	}
+	return t.sum
+}
+
+func (t *seqNode) fix() {
+	t.size = 1 + t.left.sz() + t.right.sz()
+	t.sum = t.left.total().plus(t.right.total())
+	t.sum.add(t.v)
+}
+
+// seqTree holds one value per allocation, ordered by Seq, with counts and
+// sums of the values up to a Seq.
+type seqTree struct {
+	root *seqNode
+	// gathered holds the Seqs and values to build the tree from (settle).
+	gathered [][2]uint64
+}
+
+// gather keeps a value for settle, which builds the tree at once.
+func (o *seqTree) gather(seq, v uint64) { o.gathered = append(o.gathered, [2]uint64{seq, v}) }
+
+// settle builds the (empty) tree from the values gathered, sorted by Seq
+// and put in treap order by a stack in linear time.
+func (o *seqTree) settle() {
+	if len(o.gathered) == 0 {
+		o.gathered = nil
+		return
+	}
+	slices.SortFunc(o.gathered, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	nodes := make([]seqNode, len(o.gathered))
+	for i, g := range o.gathered {
+		nodes[i].seq, nodes[i].v = g[0], g[1]
+	}
+	o.gathered = nil
+	o.root = buildTreap(nodes)
+}
+
+func (o *seqTree) len() int { return o.root.sz() }
+
+func (o *seqTree) insert(seq, v uint64) { o.root = seqInsert(o.root, &seqNode{seq: seq, v: v}) }
+
+func seqInsert(t, n *seqNode) *seqNode {
+	if t == nil {
+		n.fix()
+		return n
+	}
+	if n.seq < t.seq {
+		t.left = seqInsert(t.left, n)
+		if ostPrio(int64(t.left.seq)) > ostPrio(int64(t.seq)) {
+			l := t.left
+			t.left = l.right
+			t.fix()
+			l.right = t
+			l.fix()
+			return l
+		}
+	} else {
+		t.right = seqInsert(t.right, n)
+		if ostPrio(int64(t.right.seq)) > ostPrio(int64(t.seq)) {
+			r := t.right
+			t.right = r.left
+			t.fix()
+			r.left = t
+			r.fix()
+			return r
+		}
+	}
+	t.fix()
+	return t
+}
+
+func (o *seqTree) remove(seq uint64) { o.root = seqDelete(o.root, seq) }
+
+func seqDelete(t *seqNode, seq uint64) *seqNode {
+	switch {
+	case t == nil:
+		panic("fsm: statistics remove a value they do not hold")
+	case seq < t.seq:
+		t.left = seqDelete(t.left, seq)
+	case seq > t.seq:
+		t.right = seqDelete(t.right, seq)
+	default:
+		return joinTreaps(t.left, t.right)
+	}
+	t.fix()
+	return t
+}
+
+// upTo is the count and sum of the values at Seq seq or below.
+func (o *seqTree) upTo(seq uint64) (int, u128) {
+	n, sum := 0, u128{}
+	for t := o.root; t != nil; {
+		if seq < t.seq {
+			t = t.left
+			continue
+		}
+		n += t.left.sz() + 1
+		sum = sum.plus(t.left.total())
+		sum.add(t.v)
+		t = t.right
+	}
+	return n, sum
+}
+
 // allocAgg is the figures of one bucket.
 type allocAgg struct {
 	counts OutcomeCounts
@@ -238,6 +455,17 @@ type allocAgg struct {
 	// active the allocation times of the active ones.
 	ended, active ostTree
 	waits         ostTree
+	// What Recommend reads: the allocations by priority; of those that
+	// got devices, how many hold no lease, how many ended and how many of
+	// those ran at most RecommendShortDuration; the queue waits of the
+	// requests not refused at once by Seq, fixed (placed or ended) or
+	// running (pending: the request times).
+	prios                    map[int]int
+	noLease, finished, short int
+	waited, waiting          seqTree
+	// gathers counts the bucket's history entries while rebuildStatsAgg
+	// counts them.
+	gathers int
 }
 
 func (c *OutcomeCounts) addSigned(a *Allocation, sign int) {
@@ -274,18 +502,99 @@ type devAllocs struct {
 type statsAgg struct {
 	buckets map[DeviceType]map[string]map[string]*allocAgg // type, pool, namespace
 	// pending holds the queued allocations counted as pending.
-	pending    map[*Allocation]bool
+	pending map[*Allocation]bool
+	// byFirstDev is nil until a device first joins or leaves.
 	byFirstDev map[string]*devAllocs
+	// bulk is set while rebuildStatsAgg counts the history: each entry's
+	// bucket, in order.
+	bulk []*allocAgg
+	// last is the bucket last counted in, of key lastKey (nil when it was
+	// dropped): consecutive allocations often share one.
+	last    *allocAgg
+	lastKey aggKey
 	// devPools counts the devices per type and pool.
 	devPools map[DeviceType]map[string]int
+	// lost counts, per device, the retained allocations lost on it;
+	// flaky holds, per type and pool, the devices with at least
+	// RecommendLostPerDevice of them.
+	lost  map[string]int
+	flaky map[DeviceType]map[string]*flakySet
+	// dev is the device side (stats_dev.go).
+	dev *statsDev
+}
+
+// flakySet is the flaky devices of a type and pool, and the allocations
+// lost on them.
+type flakySet struct {
+	ids  *btree.BTreeG[string]
+	lost int
 }
 
 func newStatsAgg() *statsAgg {
 	return &statsAgg{
-		buckets:    map[DeviceType]map[string]map[string]*allocAgg{},
-		pending:    map[*Allocation]bool{},
-		byFirstDev: map[string]*devAllocs{},
-		devPools:   map[DeviceType]map[string]int{},
+		buckets:  map[DeviceType]map[string]map[string]*allocAgg{},
+		pending:  map[*Allocation]bool{},
+		devPools: map[DeviceType]map[string]int{},
+		lost:     map[string]int{},
+		flaky:    map[DeviceType]map[string]*flakySet{},
+		dev:      newStatsDev(),
+	}
+}
+
+// typePoolEntry is the entry of type t and pool in m, made by mk when
+// there is none, and the type's map.
+func typePoolEntry[V any](m map[DeviceType]map[string]*V, t DeviceType, pool string, mk func() *V) (map[string]*V, *V) {
+	byPool := m[t]
+	if byPool == nil {
+		byPool = map[string]*V{}
+		m[t] = byPool
+	}
+	v := byPool[pool]
+	if v == nil {
+		v = mk()
+		byPool[pool] = v
+	}
+	return byPool, v
+}
+
+// countLost counts (sign 1) or uncounts (-1) a retained lost allocation
+// on each of its devices.
+func (s *State) countLost(a *Allocation, sign int) {
+	if a.Status != Lost {
+		return
+	}
+	for i, as := range a.Devices {
+		if slices.ContainsFunc(a.Devices[:i], func(o Assignment) bool { return o.DeviceID == as.DeviceID }) {
+			continue
+		}
+		id := as.DeviceID
+		d := s.devices[id]
+		s.agg.flakyFile(d, -1)
+		s.agg.lost[id] += sign
+		if s.agg.lost[id] == 0 {
+			delete(s.agg.lost, id)
+		}
+		s.agg.flakyFile(d, 1)
+	}
+}
+
+// flakyFile adds (sign 1) or removes (-1) a device to or from the flaky
+// set of its type and pool when it lost enough allocations.
+func (g *statsAgg) flakyFile(d *Device, sign int) {
+	if d == nil || g.lost[d.ID] < RecommendLostPerDevice {
+		return
+	}
+	m, f := typePoolEntry(g.flaky, d.Type, d.Pool, func() *flakySet {
+		return &flakySet{ids: btree.NewG(btreeDegree, func(a, b string) bool { return a < b })}
+	})
+	f.lost += sign * g.lost[d.ID]
+	if sign > 0 {
+		f.ids.ReplaceOrInsert(d.ID)
+	} else {
+		f.ids.Delete(d.ID)
+	}
+	if f.ids.Len() == 0 {
+		delete(m, d.Pool)
 	}
 }
 
@@ -332,30 +641,85 @@ func (g *statsAgg) drop(k aggKey) {
 // to or from its bucket.
 func (s *State) aggCount(a *Allocation, sign int) {
 	k := aggKey{t: a.Request.PrimaryType(), pool: s.statsPool(a), ns: a.Namespace}
-	b := s.agg.bucket(k, true)
+	b := s.agg.last
+	if b == nil || k != s.agg.lastKey {
+		b = s.agg.bucket(k, true)
+		s.agg.last, s.agg.lastKey = b, k
+	}
 	b.counts.addSigned(a, sign)
+	if b.prios == nil {
+		b.prios = map[int]int{}
+	}
+	if b.prios[a.Request.Priority] += sign; b.prios[a.Request.Priority] == 0 {
+		delete(b.prios, a.Request.Priority)
+	}
+	if a.AllocatedAt != 0 {
+		if a.Request.LeaseTTL == 0 {
+			b.noLease += sign
+		}
+		if a.EndedAt != 0 {
+			b.finished += sign
+			if a.EndedAt-a.AllocatedAt <= int64(RecommendShortDuration) {
+				b.short += sign
+			}
+		}
+	}
+	if s.agg.bulk != nil {
+		s.agg.bulk = append(s.agg.bulk, b)
+		b.gathers++
+	} else {
+		b.trees(a, sign, false)
+	}
+	if b.counts.Total == 0 {
+		s.agg.drop(k)
+		s.agg.last = nil
+	}
+}
+
+// trees adds (sign 1) or removes (-1) allocation a, as it is now, to or
+// from the bucket's trees; gather keeps the values for settle instead.
+func (b *allocAgg) trees(a *Allocation, sign int, gather bool) {
 	if a.AllocatedAt != 0 {
 		wait := a.AllocatedAt - a.RequestedAt
 		tree, v := &b.ended, a.EndedAt-a.AllocatedAt
 		if a.Status == Active {
 			tree, v = &b.active, a.AllocatedAt
 		}
-		if sign > 0 {
+		switch {
+		case gather:
+			tree.gather(v)
+			b.waits.gather(wait)
+		case sign > 0:
 			tree.insert(v)
 			b.waits.insert(wait)
-		} else {
+		default:
 			tree.remove(v)
 			b.waits.remove(wait)
 		}
 	}
-	if b.counts.Total == 0 {
-		s.agg.drop(k)
+	if a.Status != Failed {
+		tree, v := &b.waited, a.EndedAt-a.RequestedAt
+		switch {
+		case a.AllocatedAt != 0:
+			v = a.AllocatedAt - a.RequestedAt
+		case a.Status == Pending:
+			tree, v = &b.waiting, a.RequestedAt
+		}
+		switch {
+		case gather:
+			tree.gather(a.Seq, uint64(v))
+		case sign > 0:
+			tree.insert(a.Seq, uint64(v))
+		default:
+			tree.remove(a.Seq)
+		}
 	}
 }
 
-// aggAddFirstDev files a placed allocation under its first device.
+// aggAddFirstDev files a placed allocation under its first device (once
+// the lists are built).
 func (s *State) aggAddFirstDev(a *Allocation) {
-	if len(a.Devices) == 0 {
+	if len(a.Devices) == 0 || s.agg.byFirstDev == nil {
 		return
 	}
 	id := a.Devices[0].DeviceID
@@ -375,7 +739,8 @@ func (s *State) counted(a *Allocation) bool {
 // aggDropped is called when the history drops a.
 func (s *State) aggDropped(a *Allocation) {
 	s.aggCount(a, -1)
-	if len(a.Devices) == 0 {
+	s.countLost(a, -1)
+	if len(a.Devices) == 0 || s.agg.byFirstDev == nil {
 		return
 	}
 	id := a.Devices[0].DeviceID
@@ -406,6 +771,17 @@ func (s *State) compactFirstDev(id string, l *devAllocs) {
 func (s *State) aggDeviceChanging(id string) {
 	if d := s.devices[id]; d != nil {
 		s.agg.countDevice(d, -1)
+		s.agg.flakyFile(d, -1)
+	}
+	if s.agg.byFirstDev == nil {
+		s.agg.byFirstDev = map[string]*devAllocs{}
+		s.history.each(func(a *Allocation) bool {
+			s.aggAddFirstDev(a)
+			return true
+		})
+		for _, a := range s.allocs { // filing only: lists are order-free
+			s.aggAddFirstDev(a)
+		}
 	}
 	if l := s.agg.byFirstDev[id]; l != nil {
 		s.compactFirstDev(id, l)
@@ -418,6 +794,7 @@ func (s *State) aggDeviceChanging(id string) {
 func (s *State) aggDeviceChanged(id string) {
 	if d := s.devices[id]; d != nil {
 		s.agg.countDevice(d, 1)
+		s.agg.flakyFile(d, 1)
 	}
 	if l := s.agg.byFirstDev[id]; l != nil {
 		for _, a := range l.list {
@@ -467,19 +844,55 @@ func (s *State) aggLiveLeave(a *Allocation) {
 
 // aggEnded counts an allocation that ended (it has entered the history).
 // An active one is already filed under its first device.
-func (s *State) aggEnded(a *Allocation) { s.aggCount(a, 1) }
+func (s *State) aggEnded(a *Allocation) {
+	s.aggCount(a, 1)
+	s.countLost(a, 1)
+}
 
 // rebuildStatsAgg computes the aggregates from the allocations, as
-// Restore needs.
+// Restore needs, in time linear in the history: the history's values are
+// gathered per bucket, sorted and built into the trees at once (bulk);
+// the lists of allocations by first device are built when a device first
+// joins or leaves; the device side is computed by the first read.
 func (s *State) rebuildStatsAgg() {
 	s.agg = newStatsAgg()
 	for _, d := range s.devices { // counting only
 		s.agg.countDevice(d, 1)
 	}
+	// Two passes: the first counts and finds each entry's bucket, the
+	// second gathers the values into lists made to size.
+	s.agg.bulk = make([]*allocAgg, 0, s.history.len())
 	s.history.each(func(a *Allocation) bool {
 		s.aggCount(a, 1)
-		s.aggAddFirstDev(a)
+		s.countLost(a, 1)
 		return true
+	})
+	each := func(f func(b *allocAgg)) {
+		for _, pools := range s.agg.buckets { // building each: order-free
+			for _, nss := range pools {
+				for _, b := range nss {
+					f(b)
+				}
+			}
+		}
+	}
+	each(func(b *allocAgg) {
+		b.ended.gathered = make([]int64, 0, b.gathers)
+		b.waits.gathered = make([]int64, 0, b.gathers)
+		b.waited.gathered = make([][2]uint64, 0, b.gathers)
+	})
+	i := 0
+	s.history.each(func(a *Allocation) bool {
+		s.agg.bulk[i].trees(a, 1, true)
+		i++
+		return true
+	})
+	s.agg.bulk = nil
+	each(func(b *allocAgg) {
+		b.gathers = 0
+		b.ended.settle()
+		b.waits.settle()
+		b.waited.settle()
 	})
 	for _, id := range sortedKeys(s.allocs) {
 		s.aggLiveEnter(s.allocs[id])
