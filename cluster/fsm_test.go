@@ -191,7 +191,7 @@ func (s *memSink) Close() error  { s.closed = true; return nil }
 
 // TestRaftFSMSnapshotIsOfItsMoment: Persist runs while commands apply
 // (only the capture holds the lock), yet writes the state as it was when
-// Snapshot was called, history included: commands applied in between,
+// Snapshot was called, history included: commands applied meanwhile,
 // which end allocations, place new ones and trim the history, are not in
 // it.
 func TestRaftFSMSnapshotIsOfItsMoment(t *testing.T) {
@@ -220,10 +220,16 @@ func TestRaftFSMSnapshotIsOfItsMoment(t *testing.T) {
 	if len(releases) == 0 {
 		t.Fatal("nothing to release: the test changes nothing")
 	}
-	h.apply(releases...)
-	h.apply(gpuRequest(10), &fsm.SetRetention{Retention: fsm.Retention{MaxCount: 1, MaxAge: time.Hour}})
+	// Persist runs beside the applies, as Raft runs it (the race
+	// detector watches the history they share).
 	sink := &memSink{}
-	if err := snap.Persist(sink); err != nil {
+	persisted := make(chan error, 1)
+	go func() { persisted <- snap.Persist(sink) }()
+	h.apply(releases...)
+	for range 3 {
+		h.apply(gpuRequest(10), &fsm.SetRetention{Retention: fsm.Retention{MaxCount: 1, MaxAge: time.Hour}}, gpuRequest(10))
+	}
+	if err := <-persisted; err != nil {
 		t.Fatal(err)
 	}
 	if body, _, _ := SplitRaftSnapshot(sink.Bytes()); !bytes.Equal(body, want) {

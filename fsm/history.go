@@ -35,6 +35,11 @@ type history struct {
 	byID   map[string]*Allocation
 	digest uint64
 	rec    enc // reused to encode a record for its hash
+	// shared is set while list's array may be read by a snapshot being
+	// written (view): trim then leaves the array's entries alone, and
+	// moves the kept ones to a new array soon, so that the dropped
+	// records are not held for long.
+	shared bool
 }
 
 type histEntry struct {
@@ -92,14 +97,24 @@ func (h *history) trim(now int64, r Retention, dropped func(*Allocation)) {
 		}
 		delete(h.byID, e.a.ID)
 		h.digest -= e.hash
-		h.list[h.head] = histEntry{}
+		if !h.shared {
+			h.list[h.head] = histEntry{}
+		}
 		dropped(e.a)
 		h.head++
 	}
-	if h.head > 1024 && h.head > len(h.list)/2 {
+	if h.head > 1024 && (h.shared || h.head > len(h.list)/2) {
 		h.list = append([]histEntry(nil), h.list[h.head:]...)
 		h.head = 0
+		h.shared = false
 	}
+}
+
+// view returns the entries as they are now, without copying them: the
+// history never changes them in place while they may be read (shared).
+func (h *history) view() []histEntry {
+	h.shared = true
+	return h.list[h.head:len(h.list):len(h.list)]
 }
 
 // EachHistory calls f for every ended allocation, oldest first, until f

@@ -57,3 +57,40 @@ func FuzzSnapshotRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestSnapshotViewWhileTrimming: a captured snapshot writes the state of
+// its moment while, beside it, thousands of records enter the history
+// and leave it by retention (the history's list is shared with the view,
+// then moved away from it).
+func TestSnapshotViewWhileTrimming(t *testing.T) {
+	h := newHarness(t)
+	h.must(host("h1", gpu("g1", 80), gpu("g2", 80)))
+	h.must(&SetRetention{Retention: Retention{MaxCount: 200, MaxAge: time.Hour}})
+	cycle := func() {
+		r := h.must(gpuReq(10))
+		h.must(&Release{AllocationID: r.Allocation.ID})
+	}
+	for range 300 {
+		cycle()
+	}
+	want := h.s.SnapshotBytes()
+	v, err := h.s.CaptureSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	done := make(chan error, 1)
+	go func() { _, err := v.WriteTo(&got); done <- err }()
+	for range 3000 {
+		cycle()
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatal("the view wrote another state than the one it captured")
+	}
+	if h.s.history.shared {
+		t.Fatal("the history still shares its list after thousands of trims")
+	}
+}

@@ -88,29 +88,26 @@ func (s *State) snapshotConfig() snapshotConfig {
 
 // SnapshotView is a snapshot captured from a state at one moment: the
 // parts that change in place already encoded, the remembered requests
-// and the history (whose records never change) as lists. It is written
+// as a copy and the history (whose records never change) as a view of its
+// list. It is written
 // later, without the state's lock: commands applied meanwhile do not
 // change what it writes.
 type SnapshotView struct {
 	head     []byte
 	requests []cacheEntry
-	history  []*Allocation
+	history  []histEntry
 }
 
 // CaptureSnapshot captures the state for a later WriteTo. Its cost is
-// encoding the hosts, devices and live allocations and copying the lists
-// of requests and history records; the history is encoded by WriteTo.
+// encoding the hosts, devices and live allocations and copying the list
+// of requests; the history's list is shared, not copied (history.view),
+// and encoded by WriteTo.
 func (s *State) CaptureSnapshot() (*SnapshotView, error) {
 	head, err := s.encodeHead()
 	if err != nil {
 		return nil, err
 	}
-	v := &SnapshotView{head: head, requests: s.cache.entries(), history: make([]*Allocation, 0, s.history.len())}
-	s.history.each(func(a *Allocation) bool {
-		v.history = append(v.history, a)
-		return true
-	})
-	return v, nil
+	return &SnapshotView{head: head, requests: s.cache.entries(), history: s.history.view()}, nil
 }
 
 // encodeHead encodes the format byte, the head record, the hosts, the
@@ -170,9 +167,9 @@ func (v *SnapshotView) WriteTo(w io.Writer) (int64, error) {
 		record()
 	}
 	bw.Write(binary.AppendUvarint(n[:0], uint64(len(v.history))))
-	for _, a := range v.history {
+	for _, e := range v.history {
 		rec.b = rec.b[:0]
-		rec.alloc(a)
+		rec.alloc(e.a)
 		record()
 	}
 	err := bw.Flush() // a failed write sticks: Flush reports it
