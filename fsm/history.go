@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"hash/crc64"
+	"sync/atomic"
 	"strings"
 	"time"
 )
@@ -38,8 +39,9 @@ type history struct {
 	// shared is set while list's array may be read by a snapshot being
 	// written (view): trim then leaves the array's entries alone, and
 	// moves the kept ones to a new array soon, so that the dropped
-	// records are not held for long.
-	shared bool
+	// records are not held for long. Atomic: readers of the state, under
+	// a shared lock, capture snapshots concurrently.
+	shared atomic.Bool
 }
 
 type histEntry struct {
@@ -97,23 +99,23 @@ func (h *history) trim(now int64, r Retention, dropped func(*Allocation)) {
 		}
 		delete(h.byID, e.a.ID)
 		h.digest -= e.hash
-		if !h.shared {
+		if !h.shared.Load() {
 			h.list[h.head] = histEntry{}
 		}
 		dropped(e.a)
 		h.head++
 	}
-	if h.head > 1024 && (h.shared || h.head > len(h.list)/2) {
+	if h.head > 1024 && (h.shared.Load() || h.head > len(h.list)/2) {
 		h.list = append([]histEntry(nil), h.list[h.head:]...)
 		h.head = 0
-		h.shared = false
+		h.shared.Store(false)
 	}
 }
 
 // view returns the entries as they are now, without copying them: the
 // history never changes them in place while they may be read (shared).
 func (h *history) view() []histEntry {
-	h.shared = true
+	h.shared.Store(true)
 	return h.list[h.head:len(h.list):len(h.list)]
 }
 

@@ -90,7 +90,7 @@ func TestSnapshotViewWhileTrimming(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Fatal("the view wrote another state than the one it captured")
 	}
-	if h.s.history.shared {
+	if h.s.history.shared.Load() {
 		t.Fatal("the history still shares its list after thousands of trims")
 	}
 }
