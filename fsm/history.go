@@ -3,8 +3,8 @@ package fsm
 import (
 	"fmt"
 	"hash/crc64"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
