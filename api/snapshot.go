@@ -85,7 +85,8 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
 var snapshotQueueWait = 30 * time.Second
 
 // checkSnapshotStart peeks at the first bytes of an upload: the node's
-// snapshot header or a JSON object. An empty body is let through (the
+// snapshot header, then the format byte of a snapshot or a JSON object
+// (format 1). An empty body is let through (the
 // handler answers it).
 func checkSnapshotStart(br *bufio.Reader) error {
 	head, err := br.Peek(cluster.RaftSnapshotHeaderLen + 1)
@@ -109,7 +110,7 @@ func checkSnapshotStart(br *bufio.Reader) error {
 		switch c {
 		case ' ', '\t', '\r', '\n':
 			continue
-		case '{':
+		case '{', fsm.SnapshotVersion:
 			return nil
 		}
 		return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fmt.Sprintf("%s: not a dmsc snapshot (first byte %#02x)", fsm.ErrSnapshot.Message, c)}
@@ -159,12 +160,12 @@ func verifySnapshot(f *os.File) error {
 	for {
 		c, err := br.ReadByte()
 		if err != nil {
-			return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fsm.ErrSnapshot.Message + ": no JSON object"}
+			return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fsm.ErrSnapshot.Message + ": empty"}
 		}
 		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
 			continue
 		}
-		if c != '{' {
+		if c != '{' && c != fsm.SnapshotVersion {
 			return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fmt.Sprintf("%s: not a dmsc snapshot (first byte %#02x)", fsm.ErrSnapshot.Message, c)}
 		}
 		_ = br.UnreadByte()

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -241,8 +242,11 @@ const snapshotHeaderLen = 8 + 8 + 8
 // writes.
 const RaftSnapshotHeaderLen = snapshotHeaderLen
 
-// Snapshot captures the state. Raft calls it between applies; the encoding
-// is done here, under the read lock, and Persist only writes bytes.
+// Snapshot captures the state. Raft calls it between applies, and applies
+// wait while it runs: under the read lock it only encodes what changes in
+// place (hosts, devices, live allocations) and copies the lists of
+// requests and history records (fsm.State.CaptureSnapshot); Persist
+// encodes the history as it writes, while commands apply.
 func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -251,25 +255,29 @@ func (f *RaftFSM) Snapshot() (raft.FSMSnapshot, error) {
 		// record a state that lacks them.
 		return nil, clusterErr(ErrReplicaFailed, f.halt.Error())
 	}
-	var b bytes.Buffer
-	b.Grow(snapshotHeaderLen + 4096)
-	WriteRaftSnapshotHeader(&b, f.applied, f.modified)
-	if err := f.state.Snapshot(&b); err != nil {
+	view, err := f.state.CaptureSnapshot()
+	if err != nil {
 		return nil, err
 	}
-	return &raftSnapshot{data: b.Bytes()}, nil
+	var h bytes.Buffer
+	WriteRaftSnapshotHeader(&h, f.applied, f.modified)
+	return &raftSnapshot{header: h.Bytes(), view: view}, nil
 }
 
 // Restore replaces the state with a snapshot written by Snapshot, or with
-// a bare State snapshot.
+// a bare State snapshot. It decodes as it reads; applies and readers wait
+// only for the swap at the end.
 func (f *RaftFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fsm.ErrSnapshot.Message + ": read: " + err.Error()}
+	br := bufio.NewReaderSize(rc, 1<<20)
+	var applied, modified uint64
+	if h, err := br.Peek(snapshotHeaderLen); err == nil && bytes.Equal(h[:len(snapshotMagic)], snapshotMagic) {
+		_, applied, modified = SplitRaftSnapshot(h)
+		if _, err := br.Discard(snapshotHeaderLen); err != nil {
+			return &fsm.Error{Code: fsm.ErrSnapshot.Code, Message: fsm.ErrSnapshot.Message + ": read: " + err.Error()}
+		}
 	}
-	body, applied, modified := SplitRaftSnapshot(data)
-	s, err := fsm.Restore(bytes.NewReader(body))
+	s, err := fsm.Restore(br)
 	if err != nil {
 		return err
 	}
@@ -310,10 +318,17 @@ func SplitRaftSnapshot(data []byte) (state []byte, applied, modified uint64) {
 	return data[snapshotHeaderLen:], binary.BigEndian.Uint64(h[:8]), binary.BigEndian.Uint64(h[8:])
 }
 
-type raftSnapshot struct{ data []byte }
+type raftSnapshot struct {
+	header []byte
+	view   *fsm.SnapshotView
+}
 
 func (s *raftSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
+	_, err := sink.Write(s.header)
+	if err == nil {
+		_, err = s.view.WriteTo(sink)
+	}
+	if err != nil {
 		sink.Cancel()
 		return err
 	}

@@ -188,3 +188,51 @@ type memSink struct {
 func (s *memSink) ID() string    { return "mem" }
 func (s *memSink) Cancel() error { return nil }
 func (s *memSink) Close() error  { s.closed = true; return nil }
+
+// TestRaftFSMSnapshotIsOfItsMoment: Persist runs while commands apply
+// (only the capture holds the lock), yet writes the state as it was when
+// Snapshot was called, history included: commands applied meanwhile,
+// which end allocations, place new ones and trim the history, are not in
+// it.
+func TestRaftFSMSnapshotIsOfItsMoment(t *testing.T) {
+	h := newRaftHarness(t)
+	h.apply(staticHost("h1", gpu("g1", 40), gpu("g2", 40)), &fsm.SetRetention{Retention: fsm.Retention{MaxCount: 3, MaxAge: time.Hour}})
+	for range 5 {
+		h.apply(gpuRequest(10), &fsm.Tick{})
+	}
+	var want []byte
+	h.f.Read(func(s *fsm.State) { want = s.SnapshotBytes() })
+	snap, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var releases []fsm.Command
+	h.f.Read(func(s *fsm.State) {
+		for _, a := range s.Live() {
+			if a.Status == fsm.Active {
+				releases = append(releases, &fsm.Release{AllocationID: a.ID})
+			}
+		}
+		if s.HistoryLen() == 0 {
+			t.Error("empty history: the test checks nothing of it")
+		}
+	})
+	if len(releases) == 0 {
+		t.Fatal("nothing to release: the test changes nothing")
+	}
+	// Persist runs beside the applies, as Raft runs it (the race
+	// detector watches the history they share).
+	sink := &memSink{}
+	persisted := make(chan error, 1)
+	go func() { persisted <- snap.Persist(sink) }()
+	h.apply(releases...)
+	for range 3 {
+		h.apply(gpuRequest(10), &fsm.SetRetention{Retention: fsm.Retention{MaxCount: 1, MaxAge: time.Hour}}, gpuRequest(10))
+	}
+	if err := <-persisted; err != nil {
+		t.Fatal(err)
+	}
+	if body, _, _ := SplitRaftSnapshot(sink.Bytes()); !bytes.Equal(body, want) {
+		t.Fatal("the snapshot holds commands applied after it was taken")
+	}
+}

@@ -15,13 +15,21 @@ import (
 
 // SnapshotSave writes the replicated state as of a consistent read: the
 // scheduler snapshot encoding, the input of SnapshotRestore.
+// Only the capture (CaptureSnapshot) runs under the state's read lock;
+// the history is encoded as it is written to w.
 func (n *Node) SnapshotSave(ctx context.Context, w io.Writer) (ReadMeta, error) {
-	var data []byte
-	meta, err := n.Read(ctx, ReadOptions{Consistent: true}, func(s *fsm.State) { data = s.SnapshotBytes() })
+	var (
+		view *fsm.SnapshotView
+		cerr error
+	)
+	meta, err := n.Read(ctx, ReadOptions{Consistent: true}, func(s *fsm.State) { view, cerr = s.CaptureSnapshot() })
+	if err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return meta, err
 	}
-	if _, err := w.Write(data); err != nil {
+	if _, err := view.WriteTo(w); err != nil {
 		return meta, fmt.Errorf("write snapshot: %w", err)
 	}
 	return meta, nil

@@ -114,7 +114,9 @@ func FuzzRestore(f *testing.F) {
 		v = observe(s)
 	}
 	f.Add(s.SnapshotBytes())
-	f.Add(withPendingCount(f, p.s.SnapshotBytes(), -1))
+	f.Add(withPendingCount(f, fsm.SnapshotV1Bytes(p.s), -1))
+	f.Add(fsm.SnapshotV1Bytes(p.s)) // format 1, as older builds wrote it
+	f.Add(fsm.SnapshotV1Bytes(s))
 	f.Add([]byte(`{"version":1}`))
 	f.Add([]byte(`{"version":1,"hosts":[{"id":"h","up":true,"devices":["d"]}],"devices":[null]}`))
 	f.Add([]byte("null"))
@@ -171,7 +173,7 @@ func FuzzRestore(f *testing.F) {
 	})
 }
 
-// withPendingCount rewrites a snapshot so that the first claim of every
+// withPendingCount rewrites a format 1 snapshot so that the first claim of every
 // pending allocation asks for n devices.
 func withPendingCount(tb testing.TB, snap []byte, n int) []byte {
 	var m map[string]any

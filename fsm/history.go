@@ -2,7 +2,9 @@ package fsm
 
 import (
 	"fmt"
+	"hash/crc64"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,19 +26,54 @@ var DefaultRetention = Retention{MaxCount: 100000, MaxAge: 7 * 24 * time.Hour}
 // 10 GB of heap at BytesPerHistoryRecord).
 const MaxRetentionCount = 10000000
 
-// history holds ended allocations in the order they ended.
+// history holds ended allocations in the order they ended, and a digest
+// of them: the sum of a hash of each record's snapshot encoding, kept as
+// records enter and leave, so that hashing the state (WriteDigest) need
+// not encode the history. History records never change once added.
 type history struct {
-	list []*Allocation
-	head int
-	byID map[string]*Allocation
+	list   []histEntry
+	head   int
+	byID   map[string]*Allocation
+	digest uint64
+	rec    enc // reused to encode a record for its hash
+	// shared is set while list's array may be read by a snapshot being
+	// written (view): trim then leaves the array's entries alone, and
+	// moves the kept ones to a new array soon, so that the dropped
+	// records are not held for long. Atomic: readers of the state, under
+	// a shared lock, capture snapshots concurrently.
+	shared atomic.Bool
+}
+
+type histEntry struct {
+	a    *Allocation
+	hash uint64
 }
 
 func newHistory() *history { return &history{byID: map[string]*Allocation{}} }
 
 func (h *history) add(a *Allocation) {
-	h.list = append(h.list, a)
+	h.rec.b = h.rec.b[:0]
+	h.rec.alloc(a)
+	sum := recordHash(h.rec.b)
+	h.list = append(h.list, histEntry{a: a, hash: sum})
 	h.byID[a.ID] = a
+	h.digest += sum
 }
+
+// recordHash hashes an encoded record: CRC-64 with its bits mixed
+// (SplitMix64's finalizer), so that sums of hashes of different records
+// do not cancel out the way sums of CRCs can.
+func recordHash(b []byte) uint64 {
+	x := crc64.Checksum(b, crcTable)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+var crcTable = crc64.MakeTable(crc64.ECMA)
 
 func (h *history) get(id string) *Allocation { return h.byID[id] }
 
@@ -44,8 +81,8 @@ func (h *history) len() int { return len(h.list) - h.head }
 
 // each calls f for every entry, oldest first, until f returns false.
 func (h *history) each(f func(*Allocation) bool) {
-	for _, a := range h.list[h.head:] {
-		if !f(a) {
+	for _, e := range h.list[h.head:] {
+		if !f(e.a) {
 			return
 		}
 	}
@@ -56,19 +93,30 @@ func (h *history) each(f func(*Allocation) bool) {
 func (h *history) trim(now int64, r Retention, dropped func(*Allocation)) {
 	cutoff := now - int64(r.MaxAge)
 	for h.len() > 0 {
-		a := h.list[h.head]
-		if h.len() <= r.MaxCount && a.EndedAt >= cutoff {
+		e := h.list[h.head]
+		if h.len() <= r.MaxCount && e.a.EndedAt >= cutoff {
 			break
 		}
-		delete(h.byID, a.ID)
-		h.list[h.head] = nil
-		dropped(a)
+		delete(h.byID, e.a.ID)
+		h.digest -= e.hash
+		if !h.shared.Load() {
+			h.list[h.head] = histEntry{}
+		}
+		dropped(e.a)
 		h.head++
 	}
-	if h.head > 1024 && h.head > len(h.list)/2 {
-		h.list = append([]*Allocation(nil), h.list[h.head:]...)
+	if h.head > 1024 && (h.shared.Load() || h.head > len(h.list)/2) {
+		h.list = append([]histEntry(nil), h.list[h.head:]...)
 		h.head = 0
+		h.shared.Store(false)
 	}
+}
+
+// view returns the entries as they are now, without copying them: the
+// history never changes them in place while they may be read (shared).
+func (h *history) view() []histEntry {
+	h.shared.Store(true)
+	return h.list[h.head:len(h.list):len(h.list)]
 }
 
 // EachHistory calls f for every ended allocation, oldest first, until f

@@ -12,7 +12,9 @@ func TestRestoreRefusesUnknownPolicy(t *testing.T) {
 	h := newHarness(t)
 	h.must(&SetPolicy{DeviceType: GPU, Config: PolicyConfig{Policy: WorstFit}})
 	h.must(&SetPolicy{Pool: "batch", Config: PolicyConfig{Policy: RoundRobin}})
-	snap := string(h.s.SnapshotBytes())
+	// Format 1's JSON is edited; format 2 holds the same configuration
+	// JSON (TestSnapshotFormats).
+	snap := string(SnapshotV1Bytes(h.s))
 	if _, err := Restore(strings.NewReader(snap)); err != nil {
 		t.Fatalf("restore: %v", err)
 	}

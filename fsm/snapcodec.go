@@ -1,0 +1,475 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"sort"
+	"time"
+)
+
+// The binary record encoding of snapshot format 2 (DESIGN.md, "History and
+// snapshot"): unsigned integers as uvarints, signed ones as zig-zag
+// varints, a string as its length and bytes, a Resources as a bit mask of
+// the dimensions that are set followed by their float64 bits (little
+// endian), a map as its length and its pairs in key order. One value has
+// one encoding; the decoder refuses any other (keys out of order, a set
+// bit for a zero dimension, a bool other than 0 or 1), so what it accepts
+// encodes back to the same bytes.
+
+// errRecord is any record that does not decode.
+var errRecord = errors.New("malformed record")
+
+// enc appends encoded values to b.
+type enc struct{ b []byte }
+
+func (e *enc) uvarint(x uint64) { e.b = binary.AppendUvarint(e.b, x) }
+func (e *enc) varint(x int64)   { e.b = binary.AppendVarint(e.b, x) }
+func (e *enc) int(x int)        { e.varint(int64(x)) }
+
+func (e *enc) str(s string) {
+	e.uvarint(uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+
+func (e *enc) boolean(v bool) {
+	if v {
+		e.b = append(e.b, 1)
+	} else {
+		e.b = append(e.b, 0)
+	}
+}
+
+func (e *enc) res(r Resources) {
+	v := r.vec()
+	var mask byte
+	for i, x := range v {
+		if math.Float64bits(x) != 0 {
+			mask |= 1 << i
+		}
+	}
+	e.b = append(e.b, mask)
+	for i, x := range v {
+		if mask&(1<<i) != 0 {
+			e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(x))
+		}
+	}
+}
+
+func (e *enc) strs(l []string) {
+	e.uvarint(uint64(len(l)))
+	for _, s := range l {
+		e.str(s)
+	}
+}
+
+func (e *enc) strMap(m map[string]string) {
+	e.uvarint(uint64(len(m)))
+	if len(m) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		e.str(k)
+		e.str(m[k])
+	}
+}
+
+func (e *enc) host(h *Host) {
+	e.str(h.ID)
+	e.str(h.Address)
+	e.strMap(h.Labels)
+	e.boolean(h.Up)
+	e.varint(h.Since)
+	e.strs(h.Devices)
+	e.str(h.InventoryHash)
+}
+
+func (e *enc) device(d *Device) {
+	e.str(d.ID)
+	e.str(string(d.Type))
+	e.str(d.Name)
+	e.str(d.Pool)
+	e.res(d.Capabilities.Resources)
+	e.strMap(d.Capabilities.Custom)
+	e.strMap(d.Labels)
+	e.boolean(d.Shareable)
+	e.str(d.Host)
+	e.str(string(d.Status))
+	e.res(d.Used)
+	e.strs(d.Allocations)
+}
+
+func (e *enc) request(r *Request) {
+	e.uvarint(uint64(len(r.Claims)))
+	for i := range r.Claims {
+		c := &r.Claims[i]
+		e.str(string(c.Type))
+		e.int(c.Count)
+		e.str(c.Pool)
+		e.res(c.Capabilities.Resources)
+		e.strMap(c.Capabilities.Custom)
+		e.res(c.Amount)
+	}
+	e.int(r.Priority)
+	e.varint(int64(r.Timeout))
+	e.varint(int64(r.LeaseTTL))
+	e.str(r.Pool)
+	e.strMap(r.Labels.Required)
+	e.strMap(r.Labels.Preferred)
+	e.strMap(r.Labels.Forbidden)
+}
+
+func (e *enc) alloc(a *Allocation) {
+	e.str(a.ID)
+	e.str(a.RequestID)
+	e.str(a.Namespace)
+	e.request(&a.Request)
+	e.str(string(a.Status))
+	e.str(string(a.Policy))
+	e.str(a.Host)
+	e.uvarint(uint64(len(a.Devices)))
+	for _, as := range a.Devices {
+		e.str(as.DeviceID)
+		e.int(as.Claim)
+		e.res(as.Amount)
+	}
+	e.uvarint(a.Seq)
+	e.uvarint(a.CreateIndex)
+	e.uvarint(a.ModifyIndex)
+	e.varint(a.RequestedAt)
+	e.varint(a.AllocatedAt)
+	e.varint(a.EndedAt)
+	e.varint(a.Deadline)
+	e.varint(a.LeaseExpiresAt)
+	e.str(a.PreemptedBy)
+	e.strs(a.Preempted)
+	e.str(a.Reason)
+	e.whyNot(a.WhyNot)
+}
+
+func (e *enc) whyNot(w *WhyNot) {
+	e.boolean(w != nil)
+	if w == nil {
+		return
+	}
+	e.int(w.Devices)
+	e.int(w.Hosts)
+	e.uvarint(uint64(len(w.Claims)))
+	for i := range w.Claims {
+		c := &w.Claims[i]
+		e.int(c.Claim)
+		e.str(string(c.Type))
+		e.int(c.Count)
+		e.uvarint(uint64(len(c.Removed)))
+		for _, r := range c.Removed {
+			e.str(r.Reason)
+			e.int(r.Count)
+		}
+		e.int(c.Fitting)
+		e.int(c.HostsWithSome)
+		e.int(c.HostsWithEnough)
+	}
+	e.int(w.HostsRejected)
+	e.str(w.Summary)
+}
+
+func (e *enc) cacheEntry(c *cacheEntry) {
+	e.str(c.RequestID)
+	e.str(c.Namespace)
+	e.str(c.Digest)
+	e.uvarint(c.Index)
+	e.varint(c.Time)
+	e.str(c.AllocationID)
+	e.boolean(c.Err != nil)
+	if c.Err != nil {
+		e.str(c.Err.Code)
+		e.str(c.Err.Message)
+		e.whyNot(c.Err.WhyNot)
+	}
+}
+
+// dec reads values from one record. The first failure sticks: later reads
+// return zero values, and err says the record is malformed.
+type dec struct {
+	b   []byte
+	err error
+	// syms interns the short strings many records repeat (types,
+	// statuses, namespaces, pools, hosts, device IDs).
+	syms map[string]string
+}
+
+func (d *dec) fail() {
+	d.err = errRecord
+	d.b = nil
+}
+
+func (d *dec) uvarint() uint64 {
+	x, n := binary.Uvarint(d.b)
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+func (d *dec) varint() int64 {
+	x, n := binary.Varint(d.b)
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+func (d *dec) int() int {
+	x := d.varint()
+	if int64(int(x)) != x {
+		d.fail()
+		return 0
+	}
+	return int(x)
+}
+
+// count reads a length, which cannot exceed the bytes left since every
+// element takes at least one.
+func (d *dec) count() int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return 0
+	}
+	return int(n)
+}
+
+func (d *dec) raw() []byte {
+	n := d.count()
+	out := d.b[:n:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *dec) str() string { return string(d.raw()) }
+
+// sym is str for a string that many records repeat.
+func (d *dec) sym() string {
+	b := d.raw()
+	if len(b) == 0 {
+		return ""
+	}
+	if s, ok := d.syms[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if d.syms != nil && len(d.syms) < 1<<20 {
+		d.syms[s] = s
+	}
+	return s
+}
+
+func (d *dec) boolean() bool {
+	if len(d.b) == 0 || d.b[0] > 1 {
+		d.fail()
+		return false
+	}
+	v := d.b[0] == 1
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) res() Resources {
+	if len(d.b) == 0 || d.b[0] >= 1<<numDims {
+		d.fail()
+		return Resources{}
+	}
+	mask := d.b[0]
+	d.b = d.b[1:]
+	var v vec
+	for i := range v {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		if len(d.b) < 8 {
+			d.fail()
+			return Resources{}
+		}
+		bits := binary.LittleEndian.Uint64(d.b)
+		if bits == 0 {
+			d.fail()
+			return Resources{}
+		}
+		v[i] = math.Float64frombits(bits)
+		d.b = d.b[8:]
+	}
+	return v.resources()
+}
+
+func (d *dec) strList() []string { return d.list(d.str) }
+
+func (d *dec) symList() []string { return d.list(d.sym) }
+
+func (d *dec) list(one func() string) []string {
+	n := d.count()
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = one()
+	}
+	return out
+}
+
+func (d *dec) strMap() map[string]string {
+	n := d.count()
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	prev := ""
+	for i := range n {
+		k := d.sym()
+		if i > 0 && k <= prev {
+			d.fail()
+			return nil
+		}
+		m[k] = d.sym()
+		prev = k
+	}
+	return m
+}
+
+func (d *dec) host() *Host {
+	h := &Host{}
+	h.ID = d.sym()
+	h.Address = d.str()
+	h.Labels = d.strMap()
+	h.Up = d.boolean()
+	h.Since = d.varint()
+	h.Devices = d.symList()
+	h.InventoryHash = d.str()
+	return h
+}
+
+func (d *dec) device() *Device {
+	v := &Device{}
+	v.ID = d.sym()
+	v.Type = DeviceType(d.sym())
+	v.Name = d.str()
+	v.Pool = d.sym()
+	v.Capabilities.Resources = d.res()
+	v.Capabilities.Custom = d.strMap()
+	v.Labels = d.strMap()
+	v.Shareable = d.boolean()
+	v.Host = d.sym()
+	v.Status = DeviceStatus(d.sym())
+	v.Used = d.res()
+	v.Allocations = d.strList()
+	return v
+}
+
+func (d *dec) request(r *Request) {
+	if n := d.count(); n > 0 {
+		r.Claims = make([]Claim, n)
+		for i := range r.Claims {
+			c := &r.Claims[i]
+			c.Type = DeviceType(d.sym())
+			c.Count = d.int()
+			c.Pool = d.sym()
+			c.Capabilities.Resources = d.res()
+			c.Capabilities.Custom = d.strMap()
+			c.Amount = d.res()
+		}
+	}
+	r.Priority = d.int()
+	r.Timeout = time.Duration(d.varint())
+	r.LeaseTTL = time.Duration(d.varint())
+	r.Pool = d.sym()
+	r.Labels.Required = d.strMap()
+	r.Labels.Preferred = d.strMap()
+	r.Labels.Forbidden = d.strMap()
+}
+
+func (d *dec) alloc() *Allocation {
+	a := &Allocation{}
+	a.ID = d.str()
+	a.RequestID = d.str()
+	a.Namespace = d.sym()
+	d.request(&a.Request)
+	a.Status = AllocStatus(d.sym())
+	a.Policy = Policy(d.sym())
+	a.Host = d.sym()
+	if n := d.count(); n > 0 {
+		a.Devices = make([]Assignment, n)
+		for i := range a.Devices {
+			as := &a.Devices[i]
+			as.DeviceID = d.sym()
+			as.Claim = d.int()
+			as.Amount = d.res()
+		}
+	}
+	a.Seq = d.uvarint()
+	a.CreateIndex = d.uvarint()
+	a.ModifyIndex = d.uvarint()
+	a.RequestedAt = d.varint()
+	a.AllocatedAt = d.varint()
+	a.EndedAt = d.varint()
+	a.Deadline = d.varint()
+	a.LeaseExpiresAt = d.varint()
+	a.PreemptedBy = d.str()
+	a.Preempted = d.strList()
+	a.Reason = d.sym()
+	a.WhyNot = d.whyNot()
+	return a
+}
+
+func (d *dec) whyNot() *WhyNot {
+	if !d.boolean() {
+		return nil
+	}
+	w := &WhyNot{}
+	w.Devices = d.int()
+	w.Hosts = d.int()
+	if n := d.count(); n > 0 {
+		w.Claims = make([]ClaimWhyNot, n)
+		for i := range w.Claims {
+			c := &w.Claims[i]
+			c.Claim = d.int()
+			c.Type = DeviceType(d.sym())
+			c.Count = d.int()
+			if m := d.count(); m > 0 {
+				c.Removed = make([]Reason, m)
+				for j := range c.Removed {
+					c.Removed[j] = Reason{Reason: d.sym(), Count: d.int()}
+				}
+			}
+			c.Fitting = d.int()
+			c.HostsWithSome = d.int()
+			c.HostsWithEnough = d.int()
+		}
+	}
+	w.HostsRejected = d.int()
+	w.Summary = d.sym()
+	return w
+}
+
+func (d *dec) cacheEntry() cacheEntry {
+	var c cacheEntry
+	c.RequestID = d.str()
+	c.Namespace = d.sym()
+	c.Digest = d.str()
+	c.Index = d.uvarint()
+	c.Time = d.varint()
+	c.AllocationID = d.sym()
+	if d.boolean() {
+		c.Err = &Error{Code: d.sym(), Message: d.sym()}
+		c.Err.WhyNot = d.whyNot()
+	}
+	return c
+}

@@ -1,0 +1,137 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkSnapshotScale writes and restores large states built by
+// benchHistoryState: 8 GPUs a host, background allocations, a history of
+// ended one-GPU allocations. "capture" is what Raft's Snapshot does under
+// the state's lock, "digest" what the state hash does under it; "write"
+// encodes and writes the whole snapshot, "restore" reads it back whole.
+// The restore case also reports the resident memory of a process that
+// holds only the restored state (restoreRSS).
+//
+//	go test -run '^$' -bench SnapshotScale -benchtime 5x -timeout 60m ./fsm/
+func BenchmarkSnapshotScale(b *testing.B) {
+	for _, size := range []struct{ hosts, history int }{{1250, 100000}, {12500, 1000000}} {
+		h := benchHistoryState(b, size.hosts, size.history)
+		s := h.s
+		snap := s.SnapshotBytes()
+		name := fmt.Sprintf("devices=%d/history=%d", size.hosts*8, size.history)
+		b.Run("capture/"+name, func(b *testing.B) {
+			loopMedian(b, func() error { _, err := s.CaptureSnapshot(); return err })
+		})
+		b.Run("digest/"+name, func(b *testing.B) {
+			loopMedian(b, func() error { return s.WriteDigest(io.Discard) })
+		})
+		b.Run("write/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(snap)))
+			loopMedian(b, func() error { return s.Snapshot(io.Discard) })
+		})
+		b.Run("restore/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(snap)))
+			loopMedian(b, func() error { _, err := Restore(bytes.NewReader(snap)); return err })
+			b.StopTimer()
+			rss, peak := restoreRSS(b, snap)
+			b.ReportMetric(float64(len(snap))/float64(size.history), "snapshot-B/history-record")
+			b.ReportMetric(float64(rss)/(1<<20), "restored-RSS-MiB")
+			b.ReportMetric(float64(peak)/(1<<20), "restore-peak-RSS-MiB")
+		})
+	}
+}
+
+// loopMedian runs f as the benchmark's loop and reports the median of
+// its iterations as well as the mean (with -benchtime 5x, the median of 5
+// from one setup of a state that takes minutes to build), in wall time
+// and in the process's CPU time (GC included).
+func loopMedian(b *testing.B, f func() error) {
+	var wall, cpu []time.Duration
+	for b.Loop() {
+		start, c0 := time.Now(), processCPU()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		wall = append(wall, time.Since(start))
+		cpu = append(cpu, processCPU()-c0)
+	}
+	median := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2]) / 1e6
+	}
+	b.ReportMetric(median(wall), "median-ms")
+	b.ReportMetric(median(cpu), "median-cpu-ms")
+}
+
+// restoreRSS restores snap in a child process that does nothing else and
+// returns its resident memory once restored (after a GC) and its peak
+// (VmRSS and VmHWM of /proc/self/status; zero where there is no /proc).
+func restoreRSS(b *testing.B, snap []byte) (rss, peak int64) {
+	path := b.TempDir() + "/snap"
+	if err := os.WriteFile(path, snap, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRestoreRSSChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "DMSC_RESTORE_RSS_SNAPSHOT="+path)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("child: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "restore-rss" {
+			rss, _ = strconv.ParseInt(f[1], 10, 64)
+			peak, _ = strconv.ParseInt(f[2], 10, 64)
+		}
+	}
+	return rss, peak
+}
+
+// TestRestoreRSSChild is restoreRSS's child; it does nothing unless
+// DMSC_RESTORE_RSS_SNAPSHOT names a snapshot file.
+func TestRestoreRSSChild(t *testing.T) {
+	path := os.Getenv("DMSC_RESTORE_RSS_SNAPSHOT")
+	if path == "" {
+		t.Skip("run by BenchmarkSnapshotScale")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := Restore(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	rss, peak := procStatus("VmRSS:"), procStatus("VmHWM:")
+	runtime.KeepAlive(s)
+	fmt.Printf("restore-rss %d %d\n", rss, peak)
+}
+
+// procStatus reads a size in kB from /proc/self/status, in bytes.
+func procStatus(key string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), key); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
