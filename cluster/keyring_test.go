@@ -150,6 +150,24 @@ func wantKeys(t testing.TB, what string, res KeyringResult, members int, keys ..
 	}
 }
 
+// waitMembersAlive waits until n's gossip sees want members alive: a
+// keyring list asks the members its node sees.
+func waitMembersAlive(t testing.TB, n *Node, want int) {
+	t.Helper()
+	poll(t, 10*time.Second, "every member alive in "+n.cfg.NodeID+"'s gossip", func() error {
+		alive := 0
+		for _, m := range n.Members() {
+			if m.Status == MemberAlive {
+				alive++
+			}
+		}
+		if alive != want {
+			return fmt.Errorf("%d members alive, want %d", alive, want)
+		}
+		return nil
+	})
+}
+
 // TestKeyringRotation installs a new key, makes it primary and removes
 // the old one across three servers and a host, with the refusals on the
 // way; the cluster keeps working, a node with only the old key stays out,
@@ -167,6 +185,9 @@ func TestKeyringRotation(t *testing.T) {
 	waitHost(t, leader, "h1", true, 1, fsm.Available)
 	follower := followers(leader, servers...)[0]
 	ctx := ctxT(t, time.Minute)
+	// The host is registered through the leader; the follower's list asks
+	// the members its own gossip sees, which may not hold the host yet.
+	waitMembersAlive(t, follower, 4)
 
 	res, err := follower.Keyring(ctx, KeyringList, "")
 	if err != nil {
@@ -250,18 +271,7 @@ func TestKeyringRotation(t *testing.T) {
 	waitHost(t, leader, "h1", true, 1, fsm.Available)
 	// Ready is Raft's word: the restarted server may not have rejoined
 	// gossip yet, and its list asks the members it sees.
-	poll(t, 10*time.Second, "the restarted server to see every member alive", func() error {
-		alive := 0
-		for _, m := range back.Members() {
-			if m.Status == MemberAlive {
-				alive++
-			}
-		}
-		if alive != 5 {
-			return fmt.Errorf("%d members alive", alive)
-		}
-		return nil
-	})
+	waitMembersAlive(t, back, 5)
 	res, err = back.Keyring(ctx, KeyringList, "")
 	if err != nil {
 		t.Fatal(err)
