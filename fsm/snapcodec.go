@@ -218,13 +218,14 @@ func (d *dec) uvarint() uint64 {
 	return x
 }
 
+// varint reads a zig-zag signed varint, as binary.Varint does, with
+// uvarint's refusal of non-canonical encodings.
 func (d *dec) varint() int64 {
-	x, n := binary.Varint(d.b)
-	if n <= 0 || (n > 1 && d.b[n-1] == 0) {
-		d.fail()
-		return 0
+	ux := d.uvarint()
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
 	}
-	d.b = d.b[n:]
 	return x
 }
 
