@@ -395,6 +395,76 @@ func CheckStatsAgainstScratch(s *State, i int) error {
 			return fmt.Errorf("recommendations for %q in %v differ from a recomputation:\n got %+v\nwant %+v", f.t, f.ns, got, want)
 		}
 	}
+	// The figures the recommendations are judged from, which a
+	// recommendation shows only once they cross its threshold: of every
+	// namespace and each one where everything is checked, else with the
+	// namespaces of the recommendations checked.
+	nsSets := [][]string{nil}
+	switch {
+	case i < 0:
+		for _, n := range nsList {
+			nsSets = append(nsSets, []string{n})
+		}
+	case len(recs) > 0:
+		nsSets = [][]string{recs[0].ns}
+	default:
+		nsSets = nil
+	}
+	for _, ns := range nsSets {
+		if err := checkScopeFigures(s, ns); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkScopeFigures compares what Recommend reads of every policy scope
+// of every type for the allocations of the namespaces ns (the pools it
+// covers, scopeFigures, drainPools), kept as commands apply, with a
+// recomputation from every allocation and device.
+func checkScopeFigures(s *State, ns []string) error {
+	g := s.agg.dev
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.beginRead()
+	defer g.finishRead()
+	ns = dedupe(ns)
+	buckets := s.allocBuckets("", ns)
+	devPools := s.devicePools()
+	lost := s.lostPerDevice()
+	for _, t := range DeviceTypes {
+		sets, names := s.poolSets(t, ns)
+		want := map[string]bool{}
+		for p := range devPools[t] {
+			want[p] = true
+		}
+		for p := range buckets[t] {
+			want[p] = true
+		}
+		if !reflect.DeepEqual(names, want) {
+			return fmt.Errorf("pools of %s in %v: kept %v, recomputed %v", t, ns, sortedKeys(names), sortedKeys(want))
+		}
+		for _, sc := range s.scopes(t, names) {
+			var allocs []*Allocation
+			for _, p := range sc.pools {
+				allocs = append(allocs, buckets[t][p]...)
+			}
+			sort.Slice(allocs, func(i, j int) bool { return allocs[i].Seq < allocs[j].Seq })
+			got, ref := s.scopeFigures(&sc, sets), s.scopeFiguresFromScratch(&sc, allocs)
+			if sc.policy.Policy != LoadBalanced {
+				// Only LoadBalanced reads the spread, so only then is it
+				// assembled (checkDeviceFigures checks every scope's).
+				got.utilHi, got.utilLo, got.utilHosts, got.inUse = 0, 0, 0, 0
+				ref.utilHi, ref.utilLo, ref.utilHosts, ref.inUse = 0, 0, 0, 0
+			}
+			if !reflect.DeepEqual(got, ref) {
+				return fmt.Errorf("figures of the %s scope %q in %v: kept %+v, recomputed %+v", t, sc.id, ns, got, ref)
+			}
+		}
+		if got, ref := s.drainPools(t), s.drainPoolsFromScratch(t, lost); !reflect.DeepEqual(got, ref) {
+			return fmt.Errorf("drain figures of %s: kept %+v, recomputed %+v", t, got, ref)
+		}
+	}
 	return nil
 }
 
