@@ -1,9 +1,8 @@
 package fsm
 
 import (
-	"fmt"
 	"hash/crc64"
-	"strings"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -52,6 +51,7 @@ type histEntry struct {
 func newHistory() *history { return &history{byID: map[string]*Allocation{}} }
 
 func (h *history) add(a *Allocation) {
+	a.enc = nil // kept for live allocations only (snapcache.go)
 	h.rec.b = h.rec.b[:0]
 	h.rec.alloc(a)
 	sum := recordHash(h.rec.b)
@@ -229,14 +229,31 @@ type Shape struct {
 }
 
 func (sh Shape) key() string {
-	var b strings.Builder
+	var b []byte
 	for _, c := range sh.Claims {
-		fmt.Fprintf(&b, "%s/%d/%s/%v/%v;", c.Type, c.Count, c.Pool, c.Capabilities.vec(), c.Amount.vec())
+		b = append(append(b, c.Type...), '/')
+		b = append(strconv.AppendInt(b, int64(c.Count), 10), '/')
+		b = append(append(b, c.Pool...), '/')
+		b = append(c.Capabilities.vec().appendText(b), '/')
+		b = append(c.Amount.vec().appendText(b), ';')
 		for _, k := range sortedKeys(c.Capabilities.Custom) {
-			fmt.Fprintf(&b, "%s=%s,", k, c.Capabilities.Custom[k])
+			b = append(append(append(append(b, k...), '='), c.Capabilities.Custom[k]...), ',')
 		}
 	}
-	return b.String()
+	return string(b)
+}
+
+// appendText appends v as fmt's %v writes it ("[1 0 80 0]"), which is
+// what Shape keys were first written with.
+func (v vec) appendText(b []byte) []byte {
+	b = append(b, '[')
+	for i, x := range v {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendFloat(b, x, 'g', -1, 64)
+	}
+	return append(b, ']')
 }
 
 // shapeWindow keeps the shapes of the last requests, oldest first.

@@ -9,7 +9,9 @@ import (
 // over-committed, an exclusive device has at most one allocation, every
 // active allocation's devices exist, are on its host, are not offline and
 // list it back, the queue holds exactly the pending allocations, and the
-// derived index agrees with the devices. It returns the first violation.
+// derived index agrees with the devices, and the snapshot records kept
+// for hosts and devices are their current encodings. It returns the
+// first violation.
 func (s *State) CheckInvariants() error {
 	for _, id := range sortedKeys(s.devices) {
 		d := s.devices[id]
@@ -132,5 +134,5 @@ func (s *State) CheckInvariants() error {
 	if s.queue.Len() != pending {
 		return fmt.Errorf("queue holds %d, %d allocations pending", s.queue.Len(), pending)
 	}
-	return nil
+	return s.checkHeadCache()
 }

@@ -93,14 +93,15 @@ func (s *State) snapshotConfig() snapshotConfig {
 // later, without the state's lock: commands applied meanwhile do not
 // change what it writes.
 type SnapshotView struct {
-	head     []byte
+	head     [][]byte
 	requests []cacheEntry
 	history  []histEntry
 }
 
 // CaptureSnapshot captures the state for a later WriteTo. Its cost is
-// encoding the hosts, devices and live allocations and copying the list
-// of requests; the history's list is shared, not copied (history.view),
+// listing the kept records of the hosts, devices and live allocations
+// (encoding those that changed, snapcache.go) and copying the list of
+// requests; the history's list is shared, not copied (history.view),
 // and encoded by WriteTo.
 func (s *State) CaptureSnapshot() (*SnapshotView, error) {
 	head, err := s.encodeHead()
@@ -110,44 +111,37 @@ func (s *State) CaptureSnapshot() (*SnapshotView, error) {
 	return &SnapshotView{head: head, requests: s.cache.entries(), history: s.history.view()}, nil
 }
 
-// encodeHead encodes the format byte, the head record, the hosts, the
-// devices and the live allocations.
-func (s *State) encodeHead() ([]byte, error) {
+// encodeHead lists the format byte, the head record, the hosts, the
+// devices and the live allocations, with their counts, as the pieces a
+// snapshot starts with, in order. The records are the kept ones
+// (snapcache.go), shared: nobody writes to them.
+func (s *State) encodeHead() ([][]byte, error) {
 	cfg, err := json.Marshal(s.snapshotConfig())
 	if err != nil {
 		return nil, err
 	}
-	var rec enc
-	// Sized up front: a large slice grows by a quarter at a time, which
-	// at 100,000 devices copied it some twenty times over.
-	out := make([]byte, 0, 64+len(cfg)+128*len(s.hosts)+192*len(s.devices)+256*len(s.allocs))
-	out = append(out, SnapshotVersion)
-	record := func(f func(*enc)) {
-		rec.b = rec.b[:0]
-		f(&rec)
-		out = binary.AppendUvarint(out, uint64(len(rec.b)))
-		out = append(out, rec.b...)
-	}
-	record(func(e *enc) {
+	s.head.mu.Lock()
+	defer s.head.mu.Unlock()
+	hosts, devices, live := s.hostOrder(), s.deviceOrder(), sortedKeys(s.allocs)
+	out := make([][]byte, 0, 5+len(hosts)+len(devices)+len(live))
+	out = append(out, []byte{SnapshotVersion}, framed(func(e *enc) {
 		e.varint(s.now)
 		e.uvarint(s.seq)
 		e.uvarint(s.last)
 		e.b = append(e.b, cfg...)
-	})
-	hosts := sortedKeys(s.hosts)
-	out = binary.AppendUvarint(out, uint64(len(hosts)))
+	}))
+	count := func(n int) { out = append(out, binary.AppendUvarint(nil, uint64(n))) }
+	count(len(hosts))
 	for _, id := range hosts {
-		record(func(e *enc) { e.host(s.hosts[id]) })
+		out = append(out, hostRecord(s.hosts[id]))
 	}
-	devices := sortedKeys(s.devices)
-	out = binary.AppendUvarint(out, uint64(len(devices)))
+	count(len(devices))
 	for _, id := range devices {
-		record(func(e *enc) { e.device(s.devices[id]) })
+		out = append(out, deviceRecord(s.devices[id]))
 	}
-	live := sortedKeys(s.allocs)
-	out = binary.AppendUvarint(out, uint64(len(live)))
+	count(len(live))
 	for _, id := range live {
-		record(func(e *enc) { e.alloc(s.allocs[id]) })
+		out = append(out, liveRecord(s.allocs[id]))
 	}
 	return out, nil
 }
@@ -156,7 +150,9 @@ func (s *State) encodeHead() ([]byte, error) {
 func (v *SnapshotView) WriteTo(w io.Writer) (int64, error) {
 	cw := &countWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 1<<20)
-	bw.Write(v.head)
+	for _, b := range v.head {
+		bw.Write(b)
+	}
 	var rec enc
 	var n [binary.MaxVarintLen64]byte
 	record := func() {
@@ -221,7 +217,11 @@ func (s *State) WriteDigest(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.Write(head); err != nil {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	for _, b := range head {
+		bw.Write(b)
+	}
+	if err := bw.Flush(); err != nil { // a failed write sticks: Flush reports it
 		return err
 	}
 	var rec enc

@@ -36,6 +36,8 @@ type State struct {
 	idx *index
 	// agg holds the figures of Stats (stats_agg.go), derived state.
 	agg *statsAgg
+	// head keeps the sorted IDs the snapshot's head lists (snapcache.go).
+	head headCache
 }
 
 // Result is what applying a command gives back.
@@ -240,7 +242,9 @@ func (s *State) registerHost(c *RegisterHost) Result {
 	if h == nil {
 		h = &Host{HostSpec: c.Host, Since: s.now}
 		s.hosts[h.ID] = h
+		s.head.hosts = nil
 	}
+	h.enc = nil
 	h.HostSpec = c.Host
 	h.InventoryHash = c.InventoryHash
 	wanted := map[string]DeviceSpec{}
@@ -264,6 +268,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		s.removeClassDevice(d)
 		s.aggDeviceChanging(id)
 		delete(s.devices, id)
+		s.head.devices = nil
 		s.aggDeviceChanged(id)
 		h.Devices = removeSorted(h.Devices, id)
 		s.hostDevicesChanged(h)
@@ -286,6 +291,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		d := &Device{DeviceSpec: wanted[spec.ID], Host: h.ID, Status: Available}
 		s.aggDeviceChanging(d.ID)
 		s.devices[d.ID] = d
+		s.head.devices = nil
 		s.aggDeviceChanged(d.ID)
 		s.addClassDevice(d)
 		h.Devices = insertSorted(h.Devices, d.ID)
@@ -350,9 +356,11 @@ func (s *State) removeHost(c *RemoveHost) Result {
 		s.removeClassDevice(d)
 		s.aggDeviceChanging(id)
 		delete(s.devices, id)
+		s.head.devices = nil
 		s.aggDeviceChanged(id)
 	}
 	delete(s.hosts, h.ID)
+	s.head.hosts = nil
 	return Result{}
 }
 
@@ -377,6 +385,7 @@ func (s *State) setHostStatus(c *SetHostStatus) Result {
 	if h.Up == c.Up {
 		return Result{}
 	}
+	h.enc = nil
 	if !c.Up {
 		s.loseHostAllocations(h, "host "+h.ID+" down")
 	}
