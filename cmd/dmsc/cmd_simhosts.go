@@ -69,7 +69,8 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
     kill <n>      kill n running hosts (the first in name order)
     restart <n>   restart n killed hosts
     change <n>    give n running hosts a new inventory
-    status        count running and killed hosts
+    status        count running and killed hosts, and the gossip
+                  packets between them dropped on a full queue
 
   The first line on standard output, once every host listens, is
   {"event":"started","hosts":N,"seconds":S}; the last, at exit,
@@ -241,6 +242,10 @@ func (c *simHostsCommand) Run(args []string) int {
 		ctx, cancel = context.WithTimeout(ctx, f.duration)
 		defer cancel()
 	}
+	// The hosts' gossip allocates as a server's write path does: a great
+	// deal of short-lived garbage over a large live heap (N membership
+	// tables).
+	tuneGC()
 	out := &jsonLines{w: c.out}
 	if out.w == nil {
 		out.w = os.Stdout
@@ -276,7 +281,7 @@ func (c *simHostsCommand) Run(args []string) int {
 		}
 	}
 	out.write(map[string]any{"event": "stopped", "kills": counts.Kills, "restarts": counts.Restarts,
-		"changes": counts.Changes, "errors": counts.Errors})
+		"changes": counts.Changes, "errors": counts.Errors, "gossip_dropped": sim.Dropped()})
 	return exitOK
 }
 
@@ -339,6 +344,7 @@ func control(ctx context.Context, sim *hostsim.Sim, line string) map[string]any 
 		pick, do = sim.Running(), sim.Change
 	case "status":
 		ans["running"], ans["killed"] = len(sim.Running()), len(sim.Killed())
+		ans["gossip_dropped"] = sim.Dropped()
 		return ans
 	default:
 		ans["error"] = "unknown command (kill, restart, change, status)"
