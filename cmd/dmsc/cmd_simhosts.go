@@ -52,12 +52,18 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
   N times the gossip work of one agent: many hosts on a few cores need
   slower and lighter gossip than an agent's defaults (the servers may
   keep theirs). The settings of BENCHMARKS.md ("Hosts at scale"), with
-  which two shared cores held 500 hosts but not 1,000:
+  which two shared cores held 1,000 hosts but not 1,500:
 
-      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 500 -start-rate 25 \
+      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 1000 -start-rate 25 \
           -gossip-probe-interval 5s -gossip-probe-timeout 2s \
-          -gossip-suspicion-mult 6 -gossip-retransmit-mult 2 \
+          -gossip-suspicion-mult 6 -gossip-retransmit-mult 1 \
           -gossip-no-compression -reconnect-interval 60s
+
+  Gossip between two hosts of this process stays in the process; the
+  servers reach each host on its own UDP and TCP ports. The process runs
+  the garbage collector with GOGC=400 unless GOGC is set; its live heap
+  grows with the square of -hosts (every host holds every member), so
+  give it a GOMEMLIMIT the machine has room for.
 
   Churn: -churn-kills hosts per second are killed (as a killed agent
   ends: no gossip leave) and restarted -churn-down later on the same
