@@ -52,7 +52,7 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
   N times the gossip work of one agent: many hosts on a few cores need
   slower and lighter gossip than an agent's defaults (the servers may
   keep theirs). The settings of BENCHMARKS.md ("Hosts at scale"), with
-  which two shared cores held 1,000 hosts but not 1,500:
+  which two shared cores held 1,250 hosts but not 1,500:
 
       dmsc sim-hosts -join 10.0.0.11:4649 -hosts 1000 -start-rate 25 \
           -gossip-probe-interval 5s -gossip-probe-timeout 2s \

@@ -1,6 +1,6 @@
 // Package hostsim runs many simulated device hosts in one process, so that
 // a cluster's behaviour with many hosts can be measured on one machine
-// (1,000 held on two shared cores, BENCHMARKS.md "Hosts at scale"). Each simulated host is a real cluster.Node with an inventory:
+// (1,250 held on two shared cores, BENCHMARKS.md "Hosts at scale"). Each simulated host is a real cluster.Node with an inventory:
 // its own memberlist member, node RPC endpoint, inventory hash in gossip,
 // ACL token and TLS certificate when configured; the servers cannot tell
 // it from a host agent. Hosts can be killed (as a killed process ends: no
