@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	sockaddr "github.com/hashicorp/go-sockaddr"
+	"github.com/hashicorp/memberlist"
 
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/certs"
@@ -138,6 +139,12 @@ type Config struct {
 	GossipProbeTimeout   time.Duration
 	GossipRetransmitMult int
 	GossipNoCompression  bool
+	// GossipTransport, when set, opens the node's memberlist transport on
+	// BindAddr and GossipPort (0: a free port) instead of memberlist's
+	// NetTransport. The host simulator's transport keeps its hosts'
+	// traffic among themselves in its process; agents and servers leave it
+	// nil.
+	GossipTransport func(bindAddr string, port int) (memberlist.NodeAwareTransport, error)
 	// EncryptKey turns on gossip encryption with this key (16, 24 or 32
 	// bytes): members without it are neither seen nor heard. A keyring
 	// file left by an earlier run wins over it (keyring.go).

@@ -298,8 +298,18 @@ func (n *Node) startGossip() error {
 	c.Delegate = metaDelegate{meta: n.localMeta}
 	c.Events = n.members
 	c.Logger = n.cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	if n.cfg.GossipTransport != nil {
+		t, err := n.cfg.GossipTransport(n.cfg.BindAddr, n.cfg.GossipPort)
+		if err != nil {
+			return fmt.Errorf("gossip: %w", err)
+		}
+		c.Transport = t
+	}
 	ml, err := memberlist.Create(c)
 	if err != nil {
+		if c.Transport != nil {
+			_ = c.Transport.Shutdown()
+		}
 		return fmt.Errorf("gossip: %w", err)
 	}
 	n.ml = ml

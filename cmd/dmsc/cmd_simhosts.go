@@ -52,12 +52,18 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
   N times the gossip work of one agent: many hosts on a few cores need
   slower and lighter gossip than an agent's defaults (the servers may
   keep theirs). The settings of BENCHMARKS.md ("Hosts at scale"), with
-  which two shared cores held 500 hosts but not 1,000:
+  which two shared cores held 1,250 hosts but not 1,500:
 
-      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 500 -start-rate 25 \
+      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 1000 -start-rate 25 \
           -gossip-probe-interval 5s -gossip-probe-timeout 2s \
-          -gossip-suspicion-mult 6 -gossip-retransmit-mult 2 \
+          -gossip-suspicion-mult 6 -gossip-retransmit-mult 1 \
           -gossip-no-compression -reconnect-interval 60s
+
+  Gossip between two hosts of this process stays in the process; the
+  servers reach each host on its own UDP and TCP ports. The process runs
+  the garbage collector with GOGC=400 unless GOGC is set; its live heap
+  grows with the square of -hosts (every host holds every member), so
+  give it a GOMEMLIMIT the machine has room for.
 
   Churn: -churn-kills hosts per second are killed (as a killed agent
   ends: no gossip leave) and restarted -churn-down later on the same
@@ -69,7 +75,8 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
     kill <n>      kill n running hosts (the first in name order)
     restart <n>   restart n killed hosts
     change <n>    give n running hosts a new inventory
-    status        count running and killed hosts
+    status        count running and killed hosts, and the gossip
+                  packets between them dropped on a full queue
 
   The first line on standard output, once every host listens, is
   {"event":"started","hosts":N,"seconds":S}; the last, at exit,
@@ -241,6 +248,10 @@ func (c *simHostsCommand) Run(args []string) int {
 		ctx, cancel = context.WithTimeout(ctx, f.duration)
 		defer cancel()
 	}
+	// The hosts' gossip allocates as a server's write path does: a great
+	// deal of short-lived garbage over a large live heap (N membership
+	// tables).
+	tuneGC()
 	out := &jsonLines{w: c.out}
 	if out.w == nil {
 		out.w = os.Stdout
@@ -276,7 +287,7 @@ func (c *simHostsCommand) Run(args []string) int {
 		}
 	}
 	out.write(map[string]any{"event": "stopped", "kills": counts.Kills, "restarts": counts.Restarts,
-		"changes": counts.Changes, "errors": counts.Errors})
+		"changes": counts.Changes, "errors": counts.Errors, "gossip_dropped": sim.Dropped()})
 	return exitOK
 }
 
@@ -339,6 +350,7 @@ func control(ctx context.Context, sim *hostsim.Sim, line string) map[string]any 
 		pick, do = sim.Running(), sim.Change
 	case "status":
 		ans["running"], ans["killed"] = len(sim.Running()), len(sim.Killed())
+		ans["gossip_dropped"] = sim.Dropped()
 		return ans
 	default:
 		ans["error"] = "unknown command (kill, restart, change, status)"

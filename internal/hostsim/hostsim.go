@@ -1,6 +1,6 @@
 // Package hostsim runs many simulated device hosts in one process, so that
 // a cluster's behaviour with many hosts can be measured on one machine
-// (500 held on two cores, BENCHMARKS.md "Hosts at scale"). Each simulated host is a real cluster.Node with an inventory:
+// (1,250 held on two shared cores, BENCHMARKS.md "Hosts at scale"). Each simulated host is a real cluster.Node with an inventory:
 // its own memberlist member, node RPC endpoint, inventory hash in gossip,
 // ACL token and TLS certificate when configured; the servers cannot tell
 // it from a host agent. Hosts can be killed (as a killed process ends: no
@@ -82,9 +82,10 @@ type Config struct {
 
 // Sim is a running simulation. All methods are safe for concurrent use.
 type Sim struct {
-	cfg   Config
-	ids   []string
-	hosts map[string]*host
+	cfg    Config
+	ids    []string
+	hosts  map[string]*host
+	fabric *fabric
 }
 
 // host is one simulated host: its configuration (ports fixed after the
@@ -121,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	s := &Sim{cfg: cfg, hosts: make(map[string]*host, cfg.Hosts)}
+	s := &Sim{cfg: cfg, hosts: make(map[string]*host, cfg.Hosts), fabric: newFabric()}
 	for i := range cfg.Hosts {
 		id := fmt.Sprintf("%s%05d", cfg.Prefix, i)
 		h := &host{index: i}
@@ -183,6 +184,7 @@ func (s *Sim) nodeConfig(id string, h *host) (cluster.Config, error) {
 		Version:              s.cfg.Version,
 		Logger:               s.cfg.Logger.Named(id),
 		Inventory:            h.inventory(id, s.cfg.GPUsPerHost),
+		GossipTransport:      s.fabric.listen,
 	}
 	if s.cfg.TLS != nil {
 		st, err := s.cfg.TLS(id)
@@ -256,6 +258,10 @@ func (s *Sim) get(id string) (*host, error) {
 	}
 	return h, nil
 }
+
+// Dropped counts the gossip packets between simulated hosts that were
+// dropped because the receiver's queue was full (transport.go).
+func (s *Sim) Dropped() uint64 { return s.fabric.dropped.Load() }
 
 // Kill stops host id as a killed agent ends: it leaves nothing in gossip,
 // the servers learn of it by failure detection. Killing a killed host
