@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -156,16 +157,18 @@ func (t *transport) DialAddressTimeout(a memberlist.Address, timeout time.Durati
 	local, remote := net.Pipe()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	err := errTransportClosed
 	select {
 	case to.streamCh <- addrConn{Conn: remote, local: to.tcpAddr, remote: t.tcpAddr}:
 		return addrConn{Conn: local, local: t.tcpAddr, remote: to.tcpAddr}, nil
 	case <-to.done:
 	case <-t.done:
 	case <-timer.C:
+		err = os.ErrDeadlineExceeded
 	}
 	local.Close()
 	remote.Close()
-	return nil, fmt.Errorf("hostsim: dial %s: %w", a.Addr, errTransportClosed)
+	return nil, fmt.Errorf("hostsim: dial %s: %w", a.Addr, err)
 }
 
 func (t *transport) StreamCh() <-chan net.Conn { return t.streamCh }
