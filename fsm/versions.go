@@ -10,7 +10,8 @@ import (
 // advertise it in gossip, and the leader proposes a command only when
 // every server in the Raft configuration advertises at least the
 // command's level (cluster/DESIGN.md, "Rolling upgrades"). Level 1 is
-// the first release: command types 1–17. A release that adds a command
+// the first release: command types 1–17, snapshot format 2 (format 1
+// still restores) and RegisterHost's inventory hash. A release that adds a command
 // type raises the level by one and lists the type below with the level
 // and the first version that knows it. Levels only grow; a type never
 // changes level.
