@@ -51,7 +51,6 @@ type histEntry struct {
 func newHistory() *history { return &history{byID: map[string]*Allocation{}} }
 
 func (h *history) add(a *Allocation) {
-	a.enc = nil // kept for live allocations only (snapcache.go)
 	h.rec.b = h.rec.b[:0]
 	h.rec.alloc(a)
 	sum := recordHash(h.rec.b)

@@ -276,7 +276,7 @@ func (s *State) removeClassDevice(d *Device) {
 // unindex removes a device from the free sets, before the device or its
 // host changes.
 func (s *State) unindex(d *Device) {
-	d.enc = nil
+	delete(s.head.devices, d.ID)
 	s.markFragStale(d.Host)
 	s.markHostDirty(d.Host)
 	s.agg.dev.note(d.Host, len(s.hosts))
@@ -300,7 +300,7 @@ func (s *State) unindex(d *Device) {
 
 // reindex adds a device back after a change.
 func (s *State) reindex(d *Device) {
-	d.enc = nil
+	delete(s.head.devices, d.ID)
 	s.markFragStale(d.Host)
 	s.markHostDirty(d.Host)
 	s.agg.dev.note(d.Host, len(s.hosts))

@@ -160,8 +160,6 @@ type Device struct {
 	cls     *class
 	indexed bool
 	idxFree float64
-	// enc is the device's snapshot record, nil when stale (snapcache.go).
-	enc []byte
 }
 
 // Free is the device's free capacity.
@@ -189,8 +187,6 @@ type Host struct {
 	InventoryHash string `json:"inventory_hash,omitempty"`
 
 	load map[DeviceType]*hostLoad
-	// enc is the host's snapshot record, nil when stale (snapcache.go).
-	enc []byte
 }
 
 // LabelSelector says which device labels a request needs, prefers and refuses.
@@ -328,11 +324,6 @@ type Allocation struct {
 	// Reason says why the allocation ended, in words.
 	Reason string  `json:"reason,omitempty"`
 	WhyNot *WhyNot `json:"why_not,omitempty"`
-
-	// enc is the live allocation's snapshot record as of its ModifyIndex
-	// encAt (snapcache.go).
-	enc   []byte
-	encAt uint64
 }
 
 // Clone returns a copy that shares nothing the state changes.

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,43 +13,42 @@ import (
 // under the FSM's lock, by Raft's Snapshot and by the state hash: an
 // apply stall of that length. With 100,000 devices most of it would be
 // encoding records that did not change since the last time and sorting
-// IDs that did not change either. So each host, device and live
-// allocation keeps its framed record (length, then bytes) until it
-// changes, the state keeps the sorted IDs of the hosts and of the devices
-// until one joins or leaves, and a captured head is a list of references
-// to those records, copied by nobody: a kept record is never written to,
+// IDs that did not change either. So the state keeps each host's,
+// device's and live allocation's framed record (length, then bytes)
+// until it changes, and the sorted IDs of the hosts and of the devices
+// until one joins or leaves; a captured head is a list of references to
+// those records, copied by nobody: a kept record is never written to,
 // only replaced.
 //
 // A device's record is dropped where the device changes (unindex and
-// reindex bracket every change), a host's where the host changes
-// (registerHost, setHostStatus), the orders where the maps gain or lose a
-// key. A live allocation's record is kept with the ModifyIndex it was
-// encoded at: every change of an allocation moves its ModifyIndex.
-// CheckInvariants compares every kept record and order with a fresh one.
+// reindex bracket every change, removal included), a host's where the
+// host changes (registerHost, setHostStatus, removeHost), the orders
+// where the maps gain or lose a key. A live allocation's record is kept
+// with the ModifyIndex it was encoded at: every change of an allocation
+// moves its ModifyIndex. CheckInvariants compares every kept record and
+// order with a fresh one. The records live here, not in the hosts,
+// devices and allocations, whose copies readers make while a capture
+// may be filling them.
 
-// headCache holds the kept sorted IDs; nil is stale. Readers that hold
-// the FSM's read lock together may capture heads together: mu is held
-// while the kept records and orders are read or filled. Commands change
-// them under the FSM's write lock.
+// headCache is what the state keeps for the next capture. Commands change
+// it under the FSM's write lock; readers that hold the read lock together
+// may capture together, so mu is held while a capture reads or fills it.
 type headCache struct {
-	mu             sync.Mutex
-	hosts, devices []string
+	mu sync.Mutex
+	// hostIDs and deviceIDs are sorted; nil is stale.
+	hostIDs, deviceIDs []string
+	hosts, devices     map[string][]byte
+	live               map[string]liveRecord
 }
 
-// hostOrder is the hosts' IDs, sorted; the caller must not change it.
-func (s *State) hostOrder() []string {
-	if s.head.hosts == nil {
-		s.head.hosts = sortedKeys(s.hosts)
-	}
-	return s.head.hosts
+// liveRecord is a live allocation's framed record as of its ModifyIndex at.
+type liveRecord struct {
+	b  []byte
+	at uint64
 }
 
-// deviceOrder is the devices' IDs, sorted; the caller must not change it.
-func (s *State) deviceOrder() []string {
-	if s.head.devices == nil {
-		s.head.devices = sortedKeys(s.devices)
-	}
-	return s.head.devices
+func newHeadCache() *headCache {
+	return &headCache{hosts: map[string][]byte{}, devices: map[string][]byte{}, live: map[string]liveRecord{}}
 }
 
 // framed is the record f encodes, preceded by its length.
@@ -59,53 +59,102 @@ func framed(f func(*enc)) []byte {
 	return append(out, e.b...)
 }
 
-// hostRecord is h's framed record.
-func hostRecord(h *Host) []byte {
-	if h.enc == nil {
-		h.enc = framed(func(e *enc) { e.host(h) })
+// encodeHead lists the format byte, the head record, the hosts, the
+// devices and the live allocations, with their counts, as the pieces a
+// snapshot starts with, in order. The records are the kept ones, shared:
+// nobody writes to them.
+func (s *State) encodeHead() ([][]byte, error) {
+	cfg, err := json.Marshal(s.snapshotConfig())
+	if err != nil {
+		return nil, err
 	}
-	return h.enc
-}
-
-// deviceRecord is d's framed record.
-func deviceRecord(d *Device) []byte {
-	if d.enc == nil {
-		d.enc = framed(func(e *enc) { e.device(d) })
+	c := s.head
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hostIDs == nil {
+		c.hostIDs = sortedKeys(s.hosts)
 	}
-	return d.enc
-}
-
-// liveRecord is a's framed record.
-func liveRecord(a *Allocation) []byte {
-	if a.enc == nil || a.encAt != a.ModifyIndex {
-		a.enc, a.encAt = framed(func(e *enc) { e.alloc(a) }), a.ModifyIndex
+	if c.deviceIDs == nil {
+		c.deviceIDs = sortedKeys(s.devices)
 	}
-	return a.enc
+	live := sortedKeys(s.allocs)
+	out := make([][]byte, 0, 5+len(c.hostIDs)+len(c.deviceIDs)+len(live))
+	out = append(out, []byte{SnapshotVersion}, framed(func(e *enc) {
+		e.varint(s.now)
+		e.uvarint(s.seq)
+		e.uvarint(s.last)
+		e.b = append(e.b, cfg...)
+	}))
+	count := func(n int) { out = append(out, binary.AppendUvarint(nil, uint64(n))) }
+	count(len(c.hostIDs))
+	for _, id := range c.hostIDs {
+		b := c.hosts[id]
+		if b == nil {
+			h := s.hosts[id]
+			b = framed(func(e *enc) { e.host(h) })
+			c.hosts[id] = b
+		}
+		out = append(out, b)
+	}
+	count(len(c.deviceIDs))
+	for _, id := range c.deviceIDs {
+		b := c.devices[id]
+		if b == nil {
+			d := s.devices[id]
+			b = framed(func(e *enc) { e.device(d) })
+			c.devices[id] = b
+		}
+		out = append(out, b)
+	}
+	// The live records are kept anew each time, so that those of
+	// allocations that ended leave.
+	count(len(live))
+	kept := make(map[string]liveRecord, len(live))
+	for _, id := range live {
+		a := s.allocs[id]
+		r, ok := c.live[id]
+		if !ok || r.at != a.ModifyIndex {
+			r = liveRecord{b: framed(func(e *enc) { e.alloc(a) }), at: a.ModifyIndex}
+		}
+		kept[id] = r
+		out = append(out, r.b)
+	}
+	c.live = kept
+	return out, nil
 }
 
 // checkHeadCache compares the kept records and orders with fresh ones.
 func (s *State) checkHeadCache() error {
-	s.head.mu.Lock()
-	defer s.head.mu.Unlock()
-	if s.head.hosts != nil && !slices.Equal(s.head.hosts, sortedKeys(s.hosts)) {
+	c := s.head
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hostIDs != nil && !slices.Equal(c.hostIDs, sortedKeys(s.hosts)) {
 		return fmt.Errorf("the kept order of the hosts is stale")
 	}
-	if s.head.devices != nil && !slices.Equal(s.head.devices, sortedKeys(s.devices)) {
+	if c.deviceIDs != nil && !slices.Equal(c.deviceIDs, sortedKeys(s.devices)) {
 		return fmt.Errorf("the kept order of the devices is stale")
 	}
-	for _, id := range sortedKeys(s.hosts) {
-		if h := s.hosts[id]; h.enc != nil && !bytes.Equal(h.enc, framed(func(e *enc) { e.host(h) })) {
+	for _, id := range sortedKeys(c.hosts) {
+		h := s.hosts[id]
+		if h == nil {
+			return fmt.Errorf("host %s: a snapshot record is kept for a host that left", id)
+		}
+		if !bytes.Equal(c.hosts[id], framed(func(e *enc) { e.host(h) })) {
 			return fmt.Errorf("host %s: the kept snapshot record is stale", id)
 		}
 	}
-	for _, id := range sortedKeys(s.devices) {
-		if d := s.devices[id]; d.enc != nil && !bytes.Equal(d.enc, framed(func(e *enc) { e.device(d) })) {
+	for _, id := range sortedKeys(c.devices) {
+		d := s.devices[id]
+		if d == nil {
+			return fmt.Errorf("device %s: a snapshot record is kept for a device that left", id)
+		}
+		if !bytes.Equal(c.devices[id], framed(func(e *enc) { e.device(d) })) {
 			return fmt.Errorf("device %s: the kept snapshot record is stale", id)
 		}
 	}
-	for _, id := range sortedKeys(s.allocs) {
-		a := s.allocs[id]
-		if a.enc != nil && a.encAt == a.ModifyIndex && !bytes.Equal(a.enc, framed(func(e *enc) { e.alloc(a) })) {
+	for _, id := range sortedKeys(c.live) {
+		a, r := s.allocs[id], c.live[id]
+		if a != nil && r.at == a.ModifyIndex && !bytes.Equal(r.b, framed(func(e *enc) { e.alloc(a) })) {
 			return fmt.Errorf("allocation %s changed without a new ModifyIndex (%d): the kept snapshot record is stale", id, a.ModifyIndex)
 		}
 	}

@@ -111,41 +111,6 @@ func (s *State) CaptureSnapshot() (*SnapshotView, error) {
 	return &SnapshotView{head: head, requests: s.cache.entries(), history: s.history.view()}, nil
 }
 
-// encodeHead lists the format byte, the head record, the hosts, the
-// devices and the live allocations, with their counts, as the pieces a
-// snapshot starts with, in order. The records are the kept ones
-// (snapcache.go), shared: nobody writes to them.
-func (s *State) encodeHead() ([][]byte, error) {
-	cfg, err := json.Marshal(s.snapshotConfig())
-	if err != nil {
-		return nil, err
-	}
-	s.head.mu.Lock()
-	defer s.head.mu.Unlock()
-	hosts, devices, live := s.hostOrder(), s.deviceOrder(), sortedKeys(s.allocs)
-	out := make([][]byte, 0, 5+len(hosts)+len(devices)+len(live))
-	out = append(out, []byte{SnapshotVersion}, framed(func(e *enc) {
-		e.varint(s.now)
-		e.uvarint(s.seq)
-		e.uvarint(s.last)
-		e.b = append(e.b, cfg...)
-	}))
-	count := func(n int) { out = append(out, binary.AppendUvarint(nil, uint64(n))) }
-	count(len(hosts))
-	for _, id := range hosts {
-		out = append(out, hostRecord(s.hosts[id]))
-	}
-	count(len(devices))
-	for _, id := range devices {
-		out = append(out, deviceRecord(s.devices[id]))
-	}
-	count(len(live))
-	for _, id := range live {
-		out = append(out, liveRecord(s.allocs[id]))
-	}
-	return out, nil
-}
-
 // WriteTo writes the snapshot.
 func (v *SnapshotView) WriteTo(w io.Writer) (int64, error) {
 	cw := &countWriter{w: w}

@@ -36,8 +36,8 @@ type State struct {
 	idx *index
 	// agg holds the figures of Stats (stats_agg.go), derived state.
 	agg *statsAgg
-	// head keeps the sorted IDs the snapshot's head lists (snapcache.go).
-	head headCache
+	// head keeps what the snapshot's head lists (snapcache.go).
+	head *headCache
 }
 
 // Result is what applying a command gives back.
@@ -69,6 +69,7 @@ func New() *State {
 		shapes:       newShapeWindow(),
 		idx:          newIndex(),
 		agg:          newStatsAgg(),
+		head:         newHeadCache(),
 
 		removedServers: map[string]int64{},
 		acl:            newACLState(),
@@ -242,9 +243,9 @@ func (s *State) registerHost(c *RegisterHost) Result {
 	if h == nil {
 		h = &Host{HostSpec: c.Host, Since: s.now}
 		s.hosts[h.ID] = h
-		s.head.hosts = nil
+		s.head.hostIDs = nil
 	}
-	h.enc = nil
+	delete(s.head.hosts, h.ID)
 	h.HostSpec = c.Host
 	h.InventoryHash = c.InventoryHash
 	wanted := map[string]DeviceSpec{}
@@ -268,7 +269,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		s.removeClassDevice(d)
 		s.aggDeviceChanging(id)
 		delete(s.devices, id)
-		s.head.devices = nil
+		s.head.deviceIDs = nil
 		s.aggDeviceChanged(id)
 		h.Devices = removeSorted(h.Devices, id)
 		s.hostDevicesChanged(h)
@@ -291,7 +292,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		d := &Device{DeviceSpec: wanted[spec.ID], Host: h.ID, Status: Available}
 		s.aggDeviceChanging(d.ID)
 		s.devices[d.ID] = d
-		s.head.devices = nil
+		s.head.deviceIDs = nil
 		s.aggDeviceChanged(d.ID)
 		s.addClassDevice(d)
 		h.Devices = insertSorted(h.Devices, d.ID)
@@ -356,11 +357,12 @@ func (s *State) removeHost(c *RemoveHost) Result {
 		s.removeClassDevice(d)
 		s.aggDeviceChanging(id)
 		delete(s.devices, id)
-		s.head.devices = nil
+		s.head.deviceIDs = nil
 		s.aggDeviceChanged(id)
 	}
 	delete(s.hosts, h.ID)
-	s.head.hosts = nil
+	delete(s.head.hosts, h.ID)
+	s.head.hostIDs = nil
 	return Result{}
 }
 
@@ -385,7 +387,7 @@ func (s *State) setHostStatus(c *SetHostStatus) Result {
 	if h.Up == c.Up {
 		return Result{}
 	}
-	h.enc = nil
+	delete(s.head.hosts, h.ID)
 	if !c.Up {
 		s.loseHostAllocations(h, "host "+h.ID+" down")
 	}
