@@ -348,7 +348,7 @@ func (s *State) rebuildStatsAgg() {
 	s.agg = newStatsAgg()
 	s.agg.gathering = true
 	s.history.each(func(a *Allocation) bool {
-		s.gatherHistory(a)
+		s.gatherHistory(a, s.statsPool(a))
 		return true
 	})
 	s.settleStatsAgg()

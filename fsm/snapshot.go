@@ -292,7 +292,7 @@ func restoreV1(r io.Reader) (*State, error) {
 		if a == nil {
 			return nil, errf(ErrSnapshot, "bad history entry")
 		}
-		if err := s.restoreHistory(histRecord{a: a, sum: s.history.hash(a)}); err != nil {
+		if err := s.restoreHistory(histRecord{a: a, sum: s.history.hash(a), pool: s.statsPool(a)}); err != nil {
 			return nil, err
 		}
 	}
@@ -305,15 +305,17 @@ func restoreV1(r io.Reader) (*State, error) {
 // snapReader reads format 2's counts and records from a stream.
 type snapReader struct {
 	r *bufio.Reader
-	// syms holds, per decoder, the strings the records it decoded
-	// repeat, so that they are held once (or once per decoder).
-	syms []map[string]string
+	// in holds, per decoder, what the records it decoded repeat, so that
+	// it is held once (or once per decoder).
+	in []*interner
+	// devs are the state's devices once they are all read (dec.devs).
+	devs map[string]*Device
 }
 
 func newSnapReader(r *bufio.Reader) *snapReader {
-	sr := &snapReader{r: r, syms: make([]map[string]string, sectionDecoders())}
-	for i := range sr.syms {
-		sr.syms[i] = map[string]string{}
+	sr := &snapReader{r: r, in: make([]*interner, sectionDecoders())}
+	for i := range sr.in {
+		sr.in[i] = newInterner()
 	}
 	return sr
 }
@@ -367,8 +369,8 @@ func (sr *snapReader) frame(what string, buf []byte) ([]byte, error) {
 }
 
 // decodeRecord decodes record b with f and checks that f took all of it.
-func decodeRecord(what string, b []byte, syms map[string]string, f func(*dec)) error {
-	d := dec{b: b, syms: syms}
+func (sr *snapReader) decodeRecord(what string, b []byte, in *interner, f func(*dec)) error {
+	d := dec{b: b, in: in, devs: sr.devs}
 	f(&d)
 	if d.err != nil || len(d.b) != 0 {
 		return errf(ErrSnapshot, "malformed %s record", what)
@@ -420,7 +422,7 @@ func readSection[T any](sr *snapReader, what string, reserve func(uint64), decod
 	if n == 0 {
 		return nil
 	}
-	inFlight := 2 * len(sr.syms)
+	inFlight := 2 * len(sr.in)
 	order := make(chan *batch[T], inFlight) // to apply, in the stream's order
 	work := make(chan *batch[T], inFlight)  // to decode
 	free := make(chan *batch[T], inFlight)  // applied, to use again
@@ -458,13 +460,13 @@ func readSection[T any](sr *snapReader, what string, reserve func(uint64), decod
 			work <- b // a short wait at most: decoders never wait but for work
 		}
 	})
-	for _, syms := range sr.syms {
+	for _, in := range sr.in {
 		wg.Go(func() { // a decoder
 			for b := range work {
 				start := 0
 				for _, end := range b.ends {
 					var v T
-					if b.err = decodeRecord(what, b.raw[start:end], syms, func(d *dec) { v = decode(d) }); b.err != nil {
+					if b.err = sr.decodeRecord(what, b.raw[start:end], in, func(d *dec) { v = decode(d) }); b.err != nil {
 						break
 					}
 					b.recs = append(b.recs, v)
@@ -501,11 +503,12 @@ func readSection[T any](sr *snapReader, what string, reserve func(uint64), decod
 	return nil
 }
 
-// histRecord is a history record decoded and the hash of its encoding
-// (history.addHashed).
+// histRecord is a history record decoded, the hash of its encoding
+// (history.addHashed) and its statsPool.
 type histRecord struct {
-	a   *Allocation
-	sum uint64
+	a    *Allocation
+	sum  uint64
+	pool string
 }
 
 // newRestored is a state to restore into: its statistics gather the
@@ -528,7 +531,7 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = decodeRecord("head", head, nil, func(d *dec) {
+	err = sr.decodeRecord("head", head, nil, func(d *dec) {
 		s.now, s.seq, s.last = d.varint(), d.uvarint(), d.uvarint()
 		cfg, d.b = d.b, nil
 	})
@@ -553,6 +556,7 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := s.checkHostDevices(); err != nil {
 		return nil, err
 	}
+	sr.devs = s.devices // read only from here on
 	if err := readSection(sr, "live allocation", nil, (*dec).alloc, s.restoreLive); err != nil {
 		return nil, err
 	}
@@ -562,7 +566,12 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	}
 	// A history record hashes as it was read: what decodes whole is
 	// the one encoding of what it decoded to (snapcodec.go).
-	decodeHistory := func(d *dec) histRecord { return histRecord{sum: recordHash(d.b), a: d.alloc()} }
+	// Its statsPool is found by the decoder too.
+	decodeHistory := func(d *dec) histRecord {
+		r := histRecord{sum: recordHash(d.b), a: d.alloc()}
+		r.pool = s.statsPool(r.a)
+		return r
+	}
 	// The history's list and index are made to size at once, for at most
 	// maxHistoryReserve entries: the count is the snapshot's word, which
 	// a short snapshot must not turn into much memory.
@@ -703,7 +712,7 @@ func (s *State) restoreHistory(r histRecord) error {
 		r.sum = s.history.hash(a) // another record than the one read
 	}
 	s.history.addHashed(a, r.sum)
-	s.gatherHistory(a)
+	s.gatherHistory(a, r.pool)
 	return nil
 }
 

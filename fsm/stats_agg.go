@@ -676,8 +676,11 @@ func (g *statsAgg) drop(k aggKey) {
 
 // aggCount adds (sign 1) or removes (sign -1) allocation a, as it is now,
 // to or from its bucket.
-func (s *State) aggCount(a *Allocation, sign int) {
-	k := aggKey{t: a.Request.PrimaryType(), pool: s.statsPool(a), ns: a.Namespace}
+func (s *State) aggCount(a *Allocation, sign int) { s.aggCountIn(a, s.statsPool(a), sign) }
+
+// aggCountIn is aggCount for an allocation whose statsPool is pool.
+func (s *State) aggCountIn(a *Allocation, pool string, sign int) {
+	k := aggKey{t: a.Request.PrimaryType(), pool: pool, ns: a.Namespace}
 	b := s.agg.last
 	if b == nil || k != s.agg.lastKey {
 		b = s.agg.bucket(k, true)
@@ -882,12 +885,12 @@ func (s *State) aggEnded(a *Allocation) {
 }
 
 // gatherHistory counts a history entry of a state being restored
-// (agg.gathering set): its bucket's counts at once, its values gathered
-// for settleStatsAgg, which builds the trees. Restore calls it as each
-// entry arrives, oldest first, so the aggregates cost no pass over the
-// history of their own.
-func (s *State) gatherHistory(a *Allocation) {
-	s.aggCount(a, 1)
+// (agg.gathering set), pool its statsPool: its bucket's counts at once,
+// its values gathered for settleStatsAgg, which builds the trees.
+// Restore calls it as each entry arrives, oldest first, so the
+// aggregates cost no pass over the history of their own.
+func (s *State) gatherHistory(a *Allocation, pool string) {
+	s.aggCountIn(a, pool, 1)
 	s.countLost(a, 1)
 }
 
