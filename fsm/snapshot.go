@@ -29,7 +29,8 @@ const SnapshotVersion = 2
 //	history:      count, then one record per ended allocation, oldest first
 //
 // and nothing after. Counts are uvarints. It is written and read as a
-// stream: neither side holds more than one record besides the state.
+// stream: the writer holds one record besides the state, the reader the
+// batches it has in flight (readSection; a few hundred KB).
 
 // maxHistoryReserve bounds the history entries a restore makes room for
 // before they arrive (some 50 MB of list and index).
@@ -440,7 +441,7 @@ func readSection[T any](sr *snapReader, what string, reserve func(uint64), decod
 			var b *batch[T]
 			select {
 			case b = <-free:
-				b.raw, b.ends, b.recs = b.raw[:0], b.ends[:0], b.recs[:0]
+				*b = batch[T]{raw: b.raw[:0], ends: b.ends[:0], recs: b.recs[:0]}
 			default:
 				b = &batch[T]{raw: make([]byte, 0, sectionBatchBytes+1<<10)}
 			}
