@@ -71,7 +71,7 @@ func (h *history) hash(a *Allocation) uint64 {
 }
 
 // reserve makes room for n entries more, for a restore that knows how
-// many follow.
+// many may follow.
 func (h *history) reserve(n int) {
 	h.list = slices.Grow(h.list, n)
 	byID := make(map[string]*Allocation, len(h.byID)+n)

@@ -32,9 +32,8 @@ const SnapshotVersion = 2
 // stream: the writer holds one record besides the state, the reader the
 // batches it has in flight (readSection; a few hundred KB).
 
-// maxHistoryReserve bounds the history entries a restore makes room for
-// before they arrive (some 50 MB of list and index).
-const maxHistoryReserve = 1 << 20
+// historyStep is the history entries a restore makes room for first.
+const historyStep = 1 << 14
 
 // maxSnapshotRecord bounds one record (a host lists at most
 // MaxDevicesPerHost IDs; nothing else comes near).
@@ -404,7 +403,7 @@ type batch[T any] struct {
 	done chan struct{}
 }
 
-// readSection reads a count, tells it to reserve (unless nil), then
+// readSection reads a count, tells it to count (unless nil), then
 // reads that many records, each decoded with decode and, once it decoded
 // whole, handed to apply, in order. Framing, decoding and applying run
 // on goroutines of their own, to use more than one core; what
@@ -412,13 +411,13 @@ type batch[T any] struct {
 // would: the first error in the stream's order. Once apply refuses a
 // record, the framing stops at the end of its batch; every goroutine has
 // ended when readSection returns.
-func readSection[T any](sr *snapReader, what string, reserve func(uint64), decode func(*dec) T, apply func(T) error) error {
+func readSection[T any](sr *snapReader, what string, count func(uint64), decode func(*dec) T, apply func(T) error) error {
 	n, err := sr.uvarint()
 	if err != nil {
 		return err
 	}
-	if reserve != nil {
-		reserve(n)
+	if count != nil {
+		count(n)
 	}
 	if n == 0 {
 		return nil
@@ -573,11 +572,21 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 		r.pool = s.statsPool(r.a)
 		return r
 	}
-	// The history's list and index are made to size at once, for at most
-	// maxHistoryReserve entries: the count is the snapshot's word, which
-	// a short snapshot must not turn into much memory.
-	reserve := func(n uint64) { s.history.reserve(int(min(n, maxHistoryReserve))) }
-	if err := readSection(sr, "history", reserve, decodeHistory, s.restoreHistory); err != nil {
+	// The history's list and index are made to size as the records
+	// arrive, a step at a time rather than by doubling: the count is the
+	// snapshot's word, which a short snapshot must not turn into much
+	// memory, so a step makes room for at most 8 times the entries
+	// already in (historyStep at first).
+	var left uint64
+	fileHistory := func(r histRecord) error {
+		if h := s.history; len(h.list) == cap(h.list) {
+			h.reserve(int(min(left, uint64(max(7*len(h.list), historyStep)))))
+		}
+		left--
+		return s.restoreHistory(r)
+	}
+	count := func(n uint64) { left = n }
+	if err := readSection(sr, "history", count, decodeHistory, fileHistory); err != nil {
 		return nil, err
 	}
 	if _, err := r.ReadByte(); err != io.EOF {
