@@ -341,6 +341,19 @@ func benchHistoryState(b *testing.B, hosts, history int) *harness {
 	return h
 }
 
+// rebuildStatsAgg recomputes the aggregates of a state whose history was
+// filed straight into it, the way Restore computes them as the history
+// arrives.
+func (s *State) rebuildStatsAgg() {
+	s.agg = newStatsAgg()
+	s.agg.gathering = true
+	s.history.each(func(a *Allocation) bool {
+		s.gatherHistory(a, s.statsPool(a))
+		return true
+	})
+	s.settleStatsAgg()
+}
+
 // statsScaleStates keeps the states BenchmarkStatsScale built, so that
 // -count runs build each once.
 var statsScaleStates = map[int]*harness{}

@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"hash/crc64"
+	"maps"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -50,13 +52,30 @@ type histEntry struct {
 
 func newHistory() *history { return &history{byID: map[string]*Allocation{}} }
 
-func (h *history) add(a *Allocation) {
-	h.rec.b = h.rec.b[:0]
-	h.rec.alloc(a)
-	sum := recordHash(h.rec.b)
+func (h *history) add(a *Allocation) { h.addHashed(a, h.hash(a)) }
+
+// addHashed adds a, whose record hashes to sum (recordHash of its
+// snapshot encoding).
+func (h *history) addHashed(a *Allocation, sum uint64) {
 	h.list = append(h.list, histEntry{a: a, hash: sum})
 	h.byID[a.ID] = a
 	h.digest += sum
+}
+
+// hash is recordHash of a's snapshot encoding.
+func (h *history) hash(a *Allocation) uint64 {
+	h.rec.b = h.rec.b[:0]
+	h.rec.alloc(a)
+	return recordHash(h.rec.b)
+}
+
+// reserve makes room for n entries more, for a restore that knows how
+// many may follow.
+func (h *history) reserve(n int) {
+	h.list = slices.Grow(h.list, n)
+	byID := make(map[string]*Allocation, len(h.byID)+n)
+	maps.Copy(byID, h.byID)
+	h.byID = byID
 }
 
 // recordHash hashes an encoded record: CRC-64 with its bits mixed

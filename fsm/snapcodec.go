@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -198,9 +199,33 @@ func (e *enc) cacheEntry(c *cacheEntry) {
 type dec struct {
 	b   []byte
 	err error
-	// syms interns the short strings many records repeat (types,
-	// statuses, namespaces, pools, hosts, device IDs).
-	syms map[string]string
+	// in, when set, holds what the records repeat.
+	in *interner
+	// devs, when set, are the devices of the state being restored:
+	// a device ID they hold is interned as the device's own.
+	devs map[string]*Device
+}
+
+// interner is what the records one decoder decodes share, so that what
+// they repeat is held once: the short strings (types, statuses,
+// namespaces, pools, hosts, device IDs), and requests' claims. A
+// request's claims are never changed once made (they are copied when the
+// request arrives), so allocations may share them.
+type interner struct {
+	syms   map[string]string
+	claims map[string][]Claim
+	// scratch is where claims are decoded before they are looked up.
+	scratch []Claim
+}
+
+// Bounds on what an interner holds.
+const (
+	maxSyms   = 1 << 20
+	maxClaims = 1 << 16
+)
+
+func newInterner() *interner {
+	return &interner{syms: map[string]string{}, claims: map[string][]Claim{}}
 }
 
 func (d *dec) fail() {
@@ -258,18 +283,40 @@ func (d *dec) raw() []byte {
 
 func (d *dec) str() string { return string(d.raw()) }
 
+// devID is sym for a device ID.
+func (d *dec) devID() string {
+	if v := d.devs[string(d.peekRaw())]; v != nil {
+		d.raw()
+		return v.ID
+	}
+	return d.sym()
+}
+
+// peekRaw is what raw would return, without taking it (nil when it would
+// fail).
+func (d *dec) peekRaw() []byte {
+	n, k := binary.Uvarint(d.b)
+	if k <= 0 || n > uint64(len(d.b)-k) {
+		return nil
+	}
+	return d.b[k : k+int(n)]
+}
+
 // sym is str for a string that many records repeat.
 func (d *dec) sym() string {
 	b := d.raw()
 	if len(b) == 0 {
 		return ""
 	}
-	if s, ok := d.syms[string(b)]; ok {
+	if d.in == nil {
+		return string(b)
+	}
+	if s, ok := d.in.syms[string(b)]; ok {
 		return s
 	}
 	s := string(b)
-	if d.syms != nil && len(d.syms) < 1<<20 {
-		d.syms[s] = s
+	if len(d.in.syms) < maxSyms {
+		d.in.syms[s] = s
 	}
 	return s
 }
@@ -376,10 +423,17 @@ func (d *dec) device() *Device {
 }
 
 func (d *dec) request(r *Request) {
+	start := d.b
 	if n := d.count(); n > 0 {
-		r.Claims = make([]Claim, n)
-		for i := range r.Claims {
-			c := &r.Claims[i]
+		var claims []Claim
+		if d.in != nil {
+			claims = slices.Grow(d.in.scratch[:0], n)[:n]
+			d.in.scratch = claims
+		} else {
+			claims = make([]Claim, n)
+		}
+		for i := range claims {
+			c := &claims[i]
 			c.Type = DeviceType(d.sym())
 			c.Count = d.int()
 			c.Pool = d.sym()
@@ -387,6 +441,7 @@ func (d *dec) request(r *Request) {
 			c.Capabilities.Custom = d.strMap()
 			c.Amount = d.res()
 		}
+		r.Claims = d.shareClaims(start[:len(start)-len(d.b)], claims)
 	}
 	r.Priority = d.int()
 	r.Timeout = time.Duration(d.varint())
@@ -395,6 +450,23 @@ func (d *dec) request(r *Request) {
 	r.Labels.Required = d.strMap()
 	r.Labels.Preferred = d.strMap()
 	r.Labels.Forbidden = d.strMap()
+}
+
+// shareClaims returns claims decoded from enc, in the interner's scratch,
+// as the claims of an earlier request of the same encoding or as a copy
+// of their own (claims itself without an interner).
+func (d *dec) shareClaims(enc []byte, claims []Claim) []Claim {
+	if d.in == nil || d.err != nil {
+		return claims
+	}
+	if c, ok := d.in.claims[string(enc)]; ok {
+		return c
+	}
+	c := slices.Clone(claims)
+	if len(d.in.claims) < maxClaims {
+		d.in.claims[string(enc)] = c
+	}
+	return c
 }
 
 func (d *dec) alloc() *Allocation {
@@ -410,7 +482,7 @@ func (d *dec) alloc() *Allocation {
 		a.Devices = make([]Assignment, n)
 		for i := range a.Devices {
 			as := &a.Devices[i]
-			as.DeviceID = d.sym()
+			as.DeviceID = d.devID()
 			as.Claim = d.int()
 			as.Amount = d.res()
 		}

@@ -33,7 +33,7 @@ func FuzzSnapshotRecord(f *testing.F) {
 		f.Add(byte(kind), e.b)
 	}
 	f.Fuzz(func(t *testing.T, kind byte, data []byte) {
-		d := dec{b: data, syms: map[string]string{}}
+		d := dec{b: data, in: newInterner()}
 		var e enc
 		switch kind % 4 {
 		case 0:

@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"runtime"
 	"sort"
+	"sync"
 )
 
 // SnapshotVersion is the snapshot format this code writes. A snapshot's
@@ -27,7 +29,11 @@ const SnapshotVersion = 2
 //	history:      count, then one record per ended allocation, oldest first
 //
 // and nothing after. Counts are uvarints. It is written and read as a
-// stream: neither side holds more than one record besides the state.
+// stream: the writer holds one record besides the state, the reader the
+// batches it has in flight (readSection; a few hundred KB).
+
+// historyStep is the history entries a restore makes room for first.
+const historyStep = 1 << 14
 
 // maxSnapshotRecord bounds one record (a host lists at most
 // MaxDevicesPerHost IDs; nothing else comes near).
@@ -224,7 +230,7 @@ func restoreV1(r io.Reader) (*State, error) {
 	if snap.Version != 1 {
 		return nil, errf(ErrSnapshot, "version %d, this build reads 1 and %d", snap.Version, SnapshotVersion)
 	}
-	s := New()
+	s := newRestored()
 	s.now, s.seq, s.last = snap.Now, snap.Seq, snap.Last
 	if err := s.restoreConfig(&snap.snapshotConfig); err != nil {
 		return nil, err
@@ -248,7 +254,10 @@ func restoreV1(r io.Reader) (*State, error) {
 		}
 	}
 	for _, a := range snap.History {
-		if err := s.restoreHistory(a); err != nil {
+		if a == nil {
+			return nil, errf(ErrSnapshot, "bad history entry")
+		}
+		if err := s.restoreHistory(histRecord{a: a, sum: s.history.hash(a), pool: s.statsPool(a)}); err != nil {
 			return nil, err
 		}
 	}
@@ -260,12 +269,25 @@ func restoreV1(r io.Reader) (*State, error) {
 
 // snapReader reads format 2's counts and records from a stream.
 type snapReader struct {
-	r   *bufio.Reader
-	buf []byte
-	// syms is shared by every record, so that the strings they repeat
-	// are held once.
-	syms map[string]string
+	r *bufio.Reader
+	// in holds, per decoder, what the records it decoded repeat, so that
+	// it is held once (or once per decoder).
+	in []*interner
+	// devs are the state's devices once they are all read (dec.devs).
+	devs map[string]*Device
 }
+
+func newSnapReader(r *bufio.Reader) *snapReader {
+	sr := &snapReader{r: r, in: make([]*interner, sectionDecoders())}
+	for i := range sr.in {
+		sr.in[i] = newInterner()
+	}
+	return sr
+}
+
+// sectionDecoders is how many goroutines decode a section's records side
+// by side: one per processor, up to 4.
+func sectionDecoders() int { return min(runtime.GOMAXPROCS(0), 4) }
 
 // uvarint reads a count or a record's length, in its one encoding.
 func (sr *snapReader) uvarint() (uint64, error) {
@@ -286,30 +308,34 @@ func (sr *snapReader) uvarint() (uint64, error) {
 	return 0, errf(ErrSnapshot, "bad varint")
 }
 
-// record reads the next record, decodes it with f and checks that f
-// took all of it.
-func (sr *snapReader) record(what string, f func(*dec)) error {
+// frame reads the next record and appends its bytes to buf.
+func (sr *snapReader) frame(what string, buf []byte) ([]byte, error) {
 	n, err := sr.uvarint()
 	if err != nil {
-		return err
+		return buf, err
 	}
 	if n > maxSnapshotRecord {
-		return errf(ErrSnapshot, "%s record of %d bytes", what, n)
+		return buf, errf(ErrSnapshot, "%s record of %d bytes", what, n)
 	}
-	if n <= uint64(cap(sr.buf)) {
-		sr.buf = sr.buf[:n]
-		_, err = io.ReadFull(sr.r, sr.buf)
+	if k := len(buf); n <= uint64(cap(buf)-k) {
+		buf = buf[:k+int(n)]
+		_, err = io.ReadFull(sr.r, buf[k:])
 	} else {
 		// Grown as the bytes arrive: a length beyond the stream's end
 		// costs no more than the stream.
-		var b bytes.Buffer
-		_, err = io.CopyN(&b, sr.r, int64(n))
-		sr.buf = b.Bytes()
+		b := bytes.NewBuffer(buf)
+		_, err = io.CopyN(b, sr.r, int64(n))
+		buf = b.Bytes()
 	}
 	if err != nil {
-		return errf(ErrSnapshot, "truncated %s record", what)
+		return buf, errf(ErrSnapshot, "truncated %s record", what)
 	}
-	d := dec{b: sr.buf, syms: sr.syms}
+	return buf, nil
+}
+
+// decodeRecord decodes record b with f and checks that f took all of it.
+func (sr *snapReader) decodeRecord(what string, b []byte, in *interner, f func(*dec)) error {
+	d := dec{b: b, in: in, devs: sr.devs}
 	f(&d)
 	if d.err != nil || len(d.b) != 0 {
 		return errf(ErrSnapshot, "malformed %s record", what)
@@ -317,33 +343,160 @@ func (sr *snapReader) record(what string, f func(*dec)) error {
 	return nil
 }
 
-// readSection reads a count and then that many records, each decoded
-// with decode and, once it decoded whole, handed to apply.
-func readSection[T any](sr *snapReader, what string, decode func(*dec) T, apply func(T) error) error {
+// A section's records are read in batches: one goroutine frames them
+// (reads each one's length and bytes), sectionDecoders goroutines decode
+// batches side by side, and readSection applies them in the stream's
+// order.
+const (
+	// sectionBatch is the most records in a batch, and
+	// sectionBatchBytes the bytes after which a batch takes no more.
+	sectionBatch      = 256
+	sectionBatchBytes = 32 << 10
+)
+
+// batch is a run of consecutive records of a section.
+type batch[T any] struct {
+	raw  []byte // the records' bytes, one after the other
+	ends []int  // where each record ends in raw
+	// ferr is what stopped the framing after these records, if anything.
+	ferr error
+	// recs are the records decoded, err the first error among the
+	// batch's records: one that did not decode, else ferr. done is
+	// closed once they are set.
+	recs []T
+	err  error
+	done chan struct{}
+}
+
+// readSection reads a count, tells it to count (unless nil), then
+// reads that many records, each decoded with decode and, once it decoded
+// whole, handed to apply, in order. Framing, decoding and applying run
+// on goroutines of their own, to use more than one core; what
+// readSection returns is what doing it all in turn, a record at a time,
+// would: the first error in the stream's order. Once apply refuses a
+// record, the framing stops at the end of its batch; every goroutine has
+// ended when readSection returns.
+func readSection[T any](sr *snapReader, what string, count func(uint64), decode func(*dec) T, apply func(T) error) error {
 	n, err := sr.uvarint()
 	if err != nil {
 		return err
 	}
-	for ; n > 0; n-- {
-		var v T
-		if err := sr.record(what, func(d *dec) { v = decode(d) }); err != nil {
-			return err
+	if count != nil {
+		count(n)
+	}
+	if n == 0 {
+		return nil
+	}
+	inFlight := 2 * len(sr.in)
+	order := make(chan *batch[T], inFlight) // to apply, in the stream's order
+	work := make(chan *batch[T], inFlight)  // to decode
+	free := make(chan *batch[T], inFlight)  // applied, to use again
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // the framer
+		defer close(work)
+		defer close(order)
+		for n > 0 {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var b *batch[T]
+			select {
+			case b = <-free:
+				*b = batch[T]{raw: b.raw[:0], ends: b.ends[:0], recs: b.recs[:0]}
+			default:
+				b = &batch[T]{raw: make([]byte, 0, sectionBatchBytes+1<<10)}
+			}
+			b.done = make(chan struct{})
+			for ; n > 0 && len(b.ends) < sectionBatch && len(b.raw) < sectionBatchBytes; n-- {
+				if b.raw, b.ferr = sr.frame(what, b.raw); b.ferr != nil {
+					n = 0
+					break
+				}
+				b.ends = append(b.ends, len(b.raw))
+			}
+			select {
+			case order <- b:
+			case <-stop:
+				return
+			}
+			work <- b // a short wait at most: decoders never wait but for work
 		}
-		if err := apply(v); err != nil {
-			return err
+	})
+	for _, in := range sr.in {
+		wg.Go(func() { // a decoder
+			for b := range work {
+				start := 0
+				for _, end := range b.ends {
+					var v T
+					if b.err = sr.decodeRecord(what, b.raw[start:end], in, func(d *dec) { v = decode(d) }); b.err != nil {
+						break
+					}
+					b.recs = append(b.recs, v)
+					start = end
+				}
+				if b.err == nil {
+					b.err = b.ferr
+				}
+				close(b.done)
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		for range order { // unblocks the framer
+		}
+		wg.Wait()
+	}()
+	for b := range order {
+		<-b.done
+		for _, v := range b.recs {
+			if err := apply(v); err != nil {
+				return err
+			}
+		}
+		if b.err != nil {
+			return b.err
+		}
+		select {
+		case free <- b:
+		default:
 		}
 	}
 	return nil
 }
 
+// histRecord is a history record decoded, the hash of its encoding
+// (history.addHashed) and its statsPool.
+type histRecord struct {
+	a    *Allocation
+	sum  uint64
+	pool string
+}
+
+// newRestored is a state to restore into: its statistics gather the
+// history as it arrives (gatherHistory) until restoreFinish settles
+// them.
+func newRestored() *State {
+	s := New()
+	s.agg.gathering = true
+	return s
+}
+
 func restoreV2(r *bufio.Reader) (*State, error) {
-	sr := &snapReader{r: r, buf: make([]byte, 0, 64<<10), syms: map[string]string{}}
+	sr := newSnapReader(r)
 	if _, err := r.ReadByte(); err != nil {
 		return nil, errf(ErrSnapshot, "truncated")
 	}
-	s := New()
+	s := newRestored()
 	var cfg []byte
-	err := sr.record("head", func(d *dec) {
+	head, err := sr.frame("head", nil)
+	if err != nil {
+		return nil, err
+	}
+	err = sr.decodeRecord("head", head, nil, func(d *dec) {
 		s.now, s.seq, s.last = d.varint(), d.uvarint(), d.uvarint()
 		cfg, d.b = d.b, nil
 	})
@@ -359,23 +512,46 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := s.restoreConfig(&c); err != nil {
 		return nil, err
 	}
-	if err := readSection(sr, "host", (*dec).host, s.restoreHost); err != nil {
+	if err := readSection(sr, "host", nil, (*dec).host, s.restoreHost); err != nil {
 		return nil, err
 	}
-	if err := readSection(sr, "device", (*dec).device, s.restoreDevice); err != nil {
+	if err := readSection(sr, "device", nil, (*dec).device, s.restoreDevice); err != nil {
 		return nil, err
 	}
 	if err := s.checkHostDevices(); err != nil {
 		return nil, err
 	}
-	if err := readSection(sr, "live allocation", (*dec).alloc, s.restoreLive); err != nil {
+	sr.devs = s.devices // read only from here on
+	if err := readSection(sr, "live allocation", nil, (*dec).alloc, s.restoreLive); err != nil {
 		return nil, err
 	}
 	putRequest := func(e cacheEntry) error { s.cache.put(e); return nil }
-	if err := readSection(sr, "request", (*dec).cacheEntry, putRequest); err != nil {
+	if err := readSection(sr, "request", nil, (*dec).cacheEntry, putRequest); err != nil {
 		return nil, err
 	}
-	if err := readSection(sr, "history", (*dec).alloc, s.restoreHistory); err != nil {
+	// A history record hashes as it was read: what decodes whole is
+	// the one encoding of what it decoded to (snapcodec.go).
+	// Its statsPool is found by the decoder too.
+	decodeHistory := func(d *dec) histRecord {
+		r := histRecord{sum: recordHash(d.b), a: d.alloc()}
+		r.pool = s.statsPool(r.a)
+		return r
+	}
+	// The history's list and index are made to size as the records
+	// arrive, a step at a time rather than by doubling: the count is the
+	// snapshot's word, which a short snapshot must not turn into much
+	// memory, so a step makes room for at most 8 times the entries
+	// already in (historyStep at first).
+	var left uint64
+	fileHistory := func(r histRecord) error {
+		if h := s.history; len(h.list) == cap(h.list) {
+			h.reserve(int(min(left, uint64(max(7*len(h.list), historyStep)))))
+		}
+		left--
+		return s.restoreHistory(r)
+	}
+	count := func(n uint64) { left = n }
+	if err := readSection(sr, "history", count, decodeHistory, fileHistory); err != nil {
 		return nil, err
 	}
 	if _, err := r.ReadByte(); err != io.EOF {
@@ -499,14 +675,19 @@ func (s *State) restoreLive(a *Allocation) error {
 	return nil
 }
 
-func (s *State) restoreHistory(a *Allocation) error {
-	if a == nil || a.Status.Live() || s.lookup(a.ID) != nil {
+// restoreHistory files an ended allocation, r.sum the hash of its record
+// as read.
+func (s *State) restoreHistory(r histRecord) error {
+	a := r.a
+	if a.Status.Live() || s.lookup(a.ID) != nil {
 		return errf(ErrSnapshot, "bad history entry")
 	}
 	if a.Namespace == "" {
 		a.Namespace = DefaultNamespace
+		r.sum = s.history.hash(a) // another record than the one read
 	}
-	s.history.add(a)
+	s.history.addHashed(a, r.sum)
+	s.gatherHistory(a, r.pool)
 	return nil
 }
 
@@ -516,7 +697,7 @@ func (s *State) restoreFinish() (*State, error) {
 	for _, id := range sortedKeys(s.devices) {
 		s.reindex(s.devices[id])
 	}
-	s.rebuildStatsAgg()
+	s.settleStatsAgg()
 	if err := s.CheckInvariants(); err != nil {
 		return nil, errf(ErrSnapshot, "%v", err)
 	}

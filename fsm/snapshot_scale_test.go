@@ -40,15 +40,7 @@ func BenchmarkSnapshotScale(b *testing.B) {
 			b.SetBytes(int64(len(snap)))
 			loopMedian(b, func() error { return s.Snapshot(io.Discard) })
 		})
-		b.Run("restore/"+name, func(b *testing.B) {
-			b.SetBytes(int64(len(snap)))
-			loopMedian(b, func() error { _, err := Restore(bytes.NewReader(snap)); return err })
-			b.StopTimer()
-			rss, peak := restoreRSS(b, snap)
-			b.ReportMetric(float64(len(snap))/float64(size.history), "snapshot-B/history-record")
-			b.ReportMetric(float64(rss)/(1<<20), "restored-RSS-MiB")
-			b.ReportMetric(float64(peak)/(1<<20), "restore-peak-RSS-MiB")
-		})
+		b.Run("restore/"+name, func(b *testing.B) { benchRestore(b, snap, size.history) })
 	}
 }
 
@@ -88,6 +80,43 @@ func BenchmarkSnapshotHead(b *testing.B) {
 		}
 		loopMedianAfter(b, churn, func() error { _, err := s.CaptureSnapshot(); return err })
 	})
+}
+
+// BenchmarkSnapshotCommands restores, as BenchmarkSnapshotScale does, a
+// state of 100,000 devices whose million history records were built by
+// commands (allocate and release of one GPU, BenchmarkMemory's request)
+// rather than filed by benchHistoryState. Building it takes a minute or
+// two.
+//
+//	go test -run '^$' -bench SnapshotCommands -benchtime 5x -timeout 60m ./fsm/
+func BenchmarkSnapshotCommands(b *testing.B) {
+	const records = 1000000
+	h := benchStatsState(b, 12500)
+	h.apply(&SetRetention{Retention: Retention{MaxCount: records, MaxAge: DefaultRetention.MaxAge}})
+	for h.s.history.len() < records {
+		r := h.apply(&Allocate{Request: Request{Claims: []Claim{gpuClaim(8, 1)}}})
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		if r := h.apply(&Release{AllocationID: r.Allocation.ID}); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	snap := h.s.SnapshotBytes()
+	b.Run("restore/devices=100000/history=1000000", func(b *testing.B) { benchRestore(b, snap, records) })
+}
+
+// benchRestore times restores of snap, a snapshot of records history
+// records, and reports the snapshot's bytes per record and the resident
+// memory of a process that holds only the restored state.
+func benchRestore(b *testing.B, snap []byte, records int) {
+	b.SetBytes(int64(len(snap)))
+	loopMedian(b, func() error { _, err := Restore(bytes.NewReader(snap)); return err })
+	b.StopTimer()
+	rss, peak := restoreRSS(b, snap)
+	b.ReportMetric(float64(len(snap))/float64(records), "snapshot-B/history-record")
+	b.ReportMetric(float64(rss)/(1<<20), "restored-RSS-MiB")
+	b.ReportMetric(float64(peak)/(1<<20), "restore-peak-RSS-MiB")
 }
 
 // loopMedian runs f as the benchmark's loop and reports the median of

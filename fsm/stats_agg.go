@@ -5,7 +5,10 @@ import (
 	"math"
 	"math/big"
 	"math/bits"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 )
@@ -13,7 +16,7 @@ import (
 // The allocation figures of Stats (outcome counts, durations, queue waits)
 // are kept as commands apply, so that a read assembles them in a time that
 // does not grow with the history. They are derived state: never
-// serialized, rebuilt on restore (rebuildStatsAgg).
+// serialized, rebuilt on restore (gatherHistory, settleStatsAgg).
 //
 // Every allocation counts in one bucket, (type, pool, namespace), the pool
 // as statsPool gives it. A bucket keeps:
@@ -106,39 +109,76 @@ type ostTree struct {
 	root *ostNode
 	sum  u128
 	// gathered holds values to build the tree from (settle).
-	gathered []int64
+	gathered chunks[int64]
 }
 
 // gather keeps a value for settle, which builds the tree at once.
 func (o *ostTree) gather(v int64) {
-	o.gathered = append(o.gathered, v)
+	o.gathered.add(v)
 	o.sum.add(uint64(v))
 }
 
 // settle builds the (empty) tree from the values gathered: sorted, one
 // node per distinct value, put in treap order by a stack in linear time.
 func (o *ostTree) settle() {
-	if len(o.gathered) == 0 {
-		o.gathered = nil
+	values := o.gathered.take()
+	if len(values) == 0 {
 		return
 	}
-	slices.Sort(o.gathered)
+	slices.Sort(values)
 	n := 1
-	for i := 1; i < len(o.gathered); i++ {
-		if o.gathered[i] != o.gathered[i-1] {
+	for i := 1; i < len(values); i++ {
+		if values[i] != values[i-1] {
 			n++
 		}
 	}
 	nodes := make([]ostNode, 0, n)
-	for _, v := range o.gathered {
+	for _, v := range values {
 		if k := len(nodes); k > 0 && nodes[k-1].v == v {
 			nodes[k-1].n++
 			continue
 		}
 		nodes = append(nodes, ostNode{v: v, n: 1})
 	}
-	o.gathered = nil
 	o.root = buildTreap(nodes)
+}
+
+// chunks is a list that grows a chunk at a time and never moves what it
+// holds: the values a restore gathers for a tree, a million or more.
+type chunks[T any] struct {
+	full [][]T
+	last []T
+	n    int
+}
+
+// maxChunk is the length of a full chunk; the first ones are shorter, so
+// that a short list takes little.
+const maxChunk = 4096
+
+func (c *chunks[T]) add(v T) {
+	if len(c.last) == cap(c.last) {
+		if c.last != nil {
+			c.full = append(c.full, c.last)
+		}
+		c.last = make([]T, 0, min(max(2*cap(c.last), 16), maxChunk))
+	}
+	c.last = append(c.last, v)
+	c.n++
+}
+
+// take returns the values in one slice, in the order added, and empties
+// the list.
+func (c *chunks[T]) take() []T {
+	if c.n == 0 {
+		return nil
+	}
+	out := make([]T, 0, c.n)
+	for _, f := range c.full {
+		out = append(out, f...)
+	}
+	out = append(out, c.last...)
+	*c = chunks[T]{}
+	return out
 }
 
 // treapNode is a node a stack can build a treap of.
@@ -359,25 +399,24 @@ func (t *seqNode) fix() {
 type seqTree struct {
 	root *seqNode
 	// gathered holds the Seqs and values to build the tree from (settle).
-	gathered [][2]uint64
+	gathered chunks[[2]uint64]
 }
 
 // gather keeps a value for settle, which builds the tree at once.
-func (o *seqTree) gather(seq, v uint64) { o.gathered = append(o.gathered, [2]uint64{seq, v}) }
+func (o *seqTree) gather(seq, v uint64) { o.gathered.add([2]uint64{seq, v}) }
 
 // settle builds the (empty) tree from the values gathered, sorted by Seq
 // and put in treap order by a stack in linear time.
 func (o *seqTree) settle() {
-	if len(o.gathered) == 0 {
-		o.gathered = nil
+	values := o.gathered.take()
+	if len(values) == 0 {
 		return
 	}
-	slices.SortFunc(o.gathered, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
-	nodes := make([]seqNode, len(o.gathered))
-	for i, g := range o.gathered {
+	slices.SortFunc(values, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	nodes := make([]seqNode, len(values))
+	for i, g := range values {
 		nodes[i].seq, nodes[i].v = g[0], g[1]
 	}
-	o.gathered = nil
 	o.root = buildTreap(nodes)
 }
 
@@ -463,9 +502,6 @@ type allocAgg struct {
 	prios                    map[int]int
 	noLease, finished, short int
 	waited, waiting          seqTree
-	// gathers counts the bucket's history entries while rebuildStatsAgg
-	// counts them.
-	gathers int
 }
 
 func (c *OutcomeCounts) addSigned(a *Allocation, sign int) {
@@ -505,9 +541,10 @@ type statsAgg struct {
 	pending map[*Allocation]bool
 	// byFirstDev is nil until a device first joins or leaves.
 	byFirstDev map[string]*devAllocs
-	// bulk is set while rebuildStatsAgg counts the history: each entry's
-	// bucket, in order.
-	bulk []*allocAgg
+	// gathering is set while a restore counts the history
+	// (gatherHistory): the values for the trees are gathered, and the
+	// trees built at once by settleStatsAgg.
+	gathering bool
 	// last is the bucket last counted in, of key lastKey (nil when it was
 	// dropped): consecutive allocations often share one.
 	last    *allocAgg
@@ -639,8 +676,11 @@ func (g *statsAgg) drop(k aggKey) {
 
 // aggCount adds (sign 1) or removes (sign -1) allocation a, as it is now,
 // to or from its bucket.
-func (s *State) aggCount(a *Allocation, sign int) {
-	k := aggKey{t: a.Request.PrimaryType(), pool: s.statsPool(a), ns: a.Namespace}
+func (s *State) aggCount(a *Allocation, sign int) { s.aggCountIn(a, s.statsPool(a), sign) }
+
+// aggCountIn is aggCount for an allocation whose statsPool is pool.
+func (s *State) aggCountIn(a *Allocation, pool string, sign int) {
+	k := aggKey{t: a.Request.PrimaryType(), pool: pool, ns: a.Namespace}
 	b := s.agg.last
 	if b == nil || k != s.agg.lastKey {
 		b = s.agg.bucket(k, true)
@@ -664,12 +704,7 @@ func (s *State) aggCount(a *Allocation, sign int) {
 			}
 		}
 	}
-	if s.agg.bulk != nil {
-		s.agg.bulk = append(s.agg.bulk, b)
-		b.gathers++
-	} else {
-		b.trees(a, sign, false)
-	}
+	b.trees(a, sign, s.agg.gathering)
 	if b.counts.Total == 0 {
 		s.agg.drop(k)
 		s.agg.last = nil
@@ -849,54 +884,55 @@ func (s *State) aggEnded(a *Allocation) {
 	s.countLost(a, 1)
 }
 
-// rebuildStatsAgg computes the aggregates from the allocations, as
-// Restore needs, in time linear in the history: the history's values are
-// gathered per bucket, sorted and built into the trees at once (bulk);
-// the lists of allocations by first device are built when a device first
-// joins or leaves; the device side is computed by the first read.
-func (s *State) rebuildStatsAgg() {
-	s.agg = newStatsAgg()
-	for _, d := range s.devices { // counting only
-		s.agg.countDevice(d, 1)
-	}
-	// Two passes: the first counts and finds each entry's bucket, the
-	// second gathers the values into lists made to size.
-	s.agg.bulk = make([]*allocAgg, 0, s.history.len())
-	s.history.each(func(a *Allocation) bool {
-		s.aggCount(a, 1)
-		s.countLost(a, 1)
-		return true
-	})
-	each := func(f func(b *allocAgg)) {
-		for _, pools := range s.agg.buckets { // building each: order-free
-			for _, nss := range pools {
-				for _, b := range nss {
-					f(b)
-				}
+// gatherHistory counts a history entry of a state being restored
+// (agg.gathering set), pool its statsPool: its bucket's counts at once,
+// its values gathered for settleStatsAgg, which builds the trees.
+// Restore calls it as each entry arrives, oldest first, so the
+// aggregates cost no pass over the history of their own.
+func (s *State) gatherHistory(a *Allocation, pool string) {
+	s.aggCountIn(a, pool, 1)
+	s.countLost(a, 1)
+}
+
+// settleStatsAgg completes the aggregates of a restored state once its
+// history is counted (gatherHistory), in time linear in the history:
+// each bucket's gathered values are sorted and built into its trees at
+// once; then the devices and the live allocations are counted. The lists
+// of allocations by first device are built when a device first joins or
+// leaves; the device side is computed by the first read.
+func (s *State) settleStatsAgg() {
+	s.agg.gathering = false
+	var settle []func()
+	for _, pools := range s.agg.buckets { // building each: order-free
+		for _, nss := range pools {
+			for _, b := range nss {
+				settle = append(settle, b.ended.settle, b.waits.settle, b.waited.settle)
 			}
 		}
 	}
-	each(func(b *allocAgg) {
-		b.ended.gathered = make([]int64, 0, b.gathers)
-		b.waits.gathered = make([]int64, 0, b.gathers)
-		b.waited.gathered = make([][2]uint64, 0, b.gathers)
-	})
-	i := 0
-	s.history.each(func(a *Allocation) bool {
-		s.agg.bulk[i].trees(a, 1, true)
-		i++
-		return true
-	})
-	s.agg.bulk = nil
-	each(func(b *allocAgg) {
-		b.gathers = 0
-		b.ended.settle()
-		b.waits.settle()
-		b.waited.settle()
-	})
+	// The trees share nothing: they are built side by side.
+	inParallel(len(settle), func(i int) { settle[i]() })
+	for _, d := range s.devices { // counting only
+		s.agg.countDevice(d, 1)
+	}
 	for _, id := range sortedKeys(s.allocs) {
 		s.aggLiveEnter(s.allocs[id])
 	}
+}
+
+// inParallel calls f(0) to f(n-1) on up to one goroutine per processor,
+// and returns once every call has returned.
+func inParallel(n int, f func(int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // aggSet is the buckets one Stats entry covers.
