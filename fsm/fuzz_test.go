@@ -161,9 +161,10 @@ func FuzzRestore(f *testing.F) {
 					break
 				}
 			}
-			var c fsm.Command = &fsm.Release{AllocationID: a.ID}
+			// In the allocation's namespace: it is not found in another.
+			var c fsm.Command = &fsm.Release{Meta: fsm.Meta{Namespace: a.Namespace}, AllocationID: a.ID}
 			if a.Status == fsm.Pending {
-				c = &fsm.Cancel{AllocationID: a.ID}
+				c = &fsm.Cancel{Meta: fsm.Meta{Namespace: a.Namespace}, AllocationID: a.ID}
 			}
 			if r := apply(c, s.Now()); r.Err != nil {
 				t.Fatalf("ending live allocation %s of a restored state: %v", a.ID, r.Err)

@@ -628,6 +628,10 @@ func (s *State) restoreDevice(d *Device) error {
 	if i := sort.SearchStrings(h.Devices, d.ID); i >= len(h.Devices) || h.Devices[i] != d.ID {
 		return errf(ErrSnapshot, "device %q not listed by host %q", d.ID, d.Host)
 	}
+	if !d.Capabilities.Resources.valid() {
+		// What RegisterHost refuses, a snapshot cannot bring in.
+		return errf(ErrSnapshot, "device %q has a negative, infinite or NaN capability", d.ID)
+	}
 	s.devices[d.ID] = d
 	s.addClassDevice(d)
 	return nil
@@ -660,6 +664,14 @@ func (s *State) restoreLive(a *Allocation) error {
 	if a.Namespace == "" {
 		a.Namespace = DefaultNamespace // written before namespaces
 	}
+	if !ValidNamespace(a.Namespace) {
+		return errf(ErrSnapshot, "allocation %s: namespace %q is not a valid name", a.ID, a.Namespace)
+	}
+	if a.ModifyIndex > s.last || a.CreateIndex > a.ModifyIndex {
+		// A live allocation's next change moves its ModifyIndex past the
+		// state's index (snapcache.go counts on it).
+		return errf(ErrSnapshot, "allocation %s: created at index %d, changed at %d, in a state at %d", a.ID, a.CreateIndex, a.ModifyIndex, s.last)
+	}
 	s.allocs[a.ID] = a
 	switch a.Status {
 	case Pending:
@@ -685,6 +697,9 @@ func (s *State) restoreHistory(r histRecord) error {
 	if a.Namespace == "" {
 		a.Namespace = DefaultNamespace
 		r.sum = s.history.hash(a) // another record than the one read
+	}
+	if !ValidNamespace(a.Namespace) {
+		return errf(ErrSnapshot, "allocation %s: namespace %q is not a valid name", a.ID, a.Namespace)
 	}
 	s.history.addHashed(a, r.sum)
 	s.gatherHistory(a, r.pool)
