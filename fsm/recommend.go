@@ -202,11 +202,7 @@ func (s *State) Recommend(t DeviceType, ns ...string) []Recommendation {
 	if t != "" && !t.Valid() {
 		return out
 	}
-	g := s.agg.dev
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s.beginRead()
-	defer g.finishRead()
+	defer s.beginRead()()
 	ns = dedupe(ns)
 	for _, typ := range DeviceTypes {
 		if t != "" && typ != t {

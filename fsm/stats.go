@@ -199,21 +199,23 @@ func (s *State) schedulable(d *Device) bool {
 // (stats_agg.go) and as hosts change (stats_dev.go); statsFromScratch in
 // the tests computes the same figures from every allocation and device.
 func (s *State) Stats(f StatsFilter) []Stats {
-	g := s.agg.dev
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s.beginRead()
-	defer g.finishRead()
+	defer s.beginRead()()
 	return s.statsWith(f, s.statsEntry)
 }
 
-// beginRead brings the device figures and the shape counts up to date;
-// the caller holds statsDev.mu.
-func (s *State) beginRead() {
+// beginRead takes statsDev.mu and brings the device figures and the
+// shape counts up to date; the read ends, and the lock is released, with
+// the function it returns.
+func (s *State) beginRead() (end func()) {
 	g := s.agg.dev
+	g.mu.Lock()
 	g.reads++
 	g.syncFigures(s)
 	g.syncWindow(s.shapes.list)
+	return func() {
+		g.finishRead()
+		g.mu.Unlock()
+	}
 }
 
 // dedupe is the distinct strings of list, in their first order.

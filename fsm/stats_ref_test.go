@@ -139,26 +139,38 @@ func (s *State) recommendFromScratch(t DeviceType, ns ...string) []Recommendatio
 		if t != "" && typ != t {
 			continue
 		}
-		names := map[string]bool{}
-		for p := range devPools[typ] {
-			names[p] = true
-		}
-		for p := range buckets[typ] {
-			names[p] = true
-		}
-		for _, sc := range s.scopes(typ, names) {
-			var allocs []*Allocation
-			for _, p := range sc.pools {
-				allocs = append(allocs, buckets[typ][p]...)
-			}
-			sort.Slice(allocs, func(i, j int) bool { return allocs[i].Seq < allocs[j].Seq })
-			f := s.scopeFiguresFromScratch(&sc, allocs)
+		for _, sc := range s.scopes(typ, poolNames(devPools[typ], buckets[typ])) {
+			f := s.scopeFiguresFromScratch(&sc, scopeAllocs(&sc, buckets[typ]))
 			out = append(out, s.recommendScope(&sc, &f)...)
 		}
 		out = append(out, recommendDrain(typ, s.drainPoolsFromScratch(typ, lost))...)
 	}
 	sortRecommendations(out)
 	return out
+}
+
+// poolNames are the pools with devices of a type (devPools) or its
+// allocations (buckets).
+func poolNames(devPools map[string]bool, buckets map[string][]*Allocation) map[string]bool {
+	names := map[string]bool{}
+	for p := range devPools {
+		names[p] = true
+	}
+	for p := range buckets {
+		names[p] = true
+	}
+	return names
+}
+
+// scopeAllocs are the allocations of a type's buckets in the pools of
+// scope sc, in Seq order.
+func scopeAllocs(sc *recScope, buckets map[string][]*Allocation) []*Allocation {
+	var allocs []*Allocation
+	for _, p := range sc.pools {
+		allocs = append(allocs, buckets[p]...)
+	}
+	sort.Slice(allocs, func(i, j int) bool { return allocs[i].Seq < allocs[j].Seq })
+	return allocs
 }
 
 // scopeFiguresFromScratch computes a scope's figures from its allocations
@@ -276,13 +288,7 @@ func (s *State) statsFromScratchWith(f StatsFilter, entry func(DeviceType, strin
 		if f.Type != "" && t != f.Type {
 			continue
 		}
-		names := map[string]bool{}
-		for p := range pools[t] {
-			names[p] = true
-		}
-		for p := range buckets[t] {
-			names[p] = true
-		}
+		names := poolNames(pools[t], buckets[t])
 		if len(names) == 0 && f.Type == "" {
 			continue
 		}
@@ -423,34 +429,18 @@ func CheckStatsAgainstScratch(s *State, i int) error {
 // covers, scopeFigures, drainPools), kept as commands apply, with a
 // recomputation from every allocation and device.
 func checkScopeFigures(s *State, ns []string) error {
-	g := s.agg.dev
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s.beginRead()
-	defer g.finishRead()
+	defer s.beginRead()()
 	ns = dedupe(ns)
 	buckets := s.allocBuckets("", ns)
 	devPools := s.devicePools()
 	lost := s.lostPerDevice()
 	for _, t := range DeviceTypes {
 		sets, names := s.poolSets(t, ns)
-		want := map[string]bool{}
-		for p := range devPools[t] {
-			want[p] = true
-		}
-		for p := range buckets[t] {
-			want[p] = true
-		}
-		if !reflect.DeepEqual(names, want) {
+		if want := poolNames(devPools[t], buckets[t]); !reflect.DeepEqual(names, want) {
 			return fmt.Errorf("pools of %s in %v: kept %v, recomputed %v", t, ns, sortedKeys(names), sortedKeys(want))
 		}
 		for _, sc := range s.scopes(t, names) {
-			var allocs []*Allocation
-			for _, p := range sc.pools {
-				allocs = append(allocs, buckets[t][p]...)
-			}
-			sort.Slice(allocs, func(i, j int) bool { return allocs[i].Seq < allocs[j].Seq })
-			got, ref := s.scopeFigures(&sc, sets), s.scopeFiguresFromScratch(&sc, allocs)
+			got, ref := s.scopeFigures(&sc, sets), s.scopeFiguresFromScratch(&sc, scopeAllocs(&sc, buckets[t]))
 			if sc.policy.Policy != LoadBalanced {
 				// Only LoadBalanced reads the spread, so only then is it
 				// assembled (checkDeviceFigures checks every scope's).
@@ -475,11 +465,8 @@ func checkScopeFigures(s *State, ns []string) error {
 // utilisation), the scopes of every type (every pool, each pool, the own
 // policy scope) in turn; all of them when i < 0.
 func checkDeviceFigures(s *State, i int) error {
+	defer s.beginRead()()
 	g := s.agg.dev
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s.beginRead()
-	defer g.finishRead()
 	type scope struct {
 		t  DeviceType
 		id string
