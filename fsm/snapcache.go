@@ -87,25 +87,9 @@ func (s *State) encodeHead() ([][]byte, error) {
 	}))
 	count := func(n int) { out = append(out, binary.AppendUvarint(nil, uint64(n))) }
 	count(len(c.hostIDs))
-	for _, id := range c.hostIDs {
-		b := c.hosts[id]
-		if b == nil {
-			h := s.hosts[id]
-			b = framed(func(e *enc) { e.host(h) })
-			c.hosts[id] = b
-		}
-		out = append(out, b)
-	}
+	out = appendKept(out, c.hostIDs, c.hosts, s.hosts, (*enc).host)
 	count(len(c.deviceIDs))
-	for _, id := range c.deviceIDs {
-		b := c.devices[id]
-		if b == nil {
-			d := s.devices[id]
-			b = framed(func(e *enc) { e.device(d) })
-			c.devices[id] = b
-		}
-		out = append(out, b)
-	}
+	out = appendKept(out, c.deviceIDs, c.devices, s.devices, (*enc).device)
 	// The live records are kept anew each time, so that those of
 	// allocations that ended leave.
 	count(len(live))
@@ -123,6 +107,21 @@ func (s *State) encodeHead() ([][]byte, error) {
 	return out, nil
 }
 
+// appendKept appends the kept records of the objects ids names, encoding
+// and keeping those that have none.
+func appendKept[T any](out [][]byte, ids []string, kept map[string][]byte, objs map[string]T, encode func(*enc, T)) [][]byte {
+	for _, id := range ids {
+		b := kept[id]
+		if b == nil {
+			o := objs[id]
+			b = framed(func(e *enc) { encode(e, o) })
+			kept[id] = b
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
 // checkHeadCache compares the kept records and orders with fresh ones.
 func (s *State) checkHeadCache() error {
 	c := s.head
@@ -134,28 +133,31 @@ func (s *State) checkHeadCache() error {
 	if c.deviceIDs != nil && !slices.Equal(c.deviceIDs, sortedKeys(s.devices)) {
 		return fmt.Errorf("the kept order of the devices is stale")
 	}
-	for _, id := range sortedKeys(c.hosts) {
-		h := s.hosts[id]
-		if h == nil {
-			return fmt.Errorf("host %s: a snapshot record is kept for a host that left", id)
-		}
-		if !bytes.Equal(c.hosts[id], framed(func(e *enc) { e.host(h) })) {
-			return fmt.Errorf("host %s: the kept snapshot record is stale", id)
-		}
+	if err := checkKept("host", c.hosts, s.hosts, (*enc).host); err != nil {
+		return err
 	}
-	for _, id := range sortedKeys(c.devices) {
-		d := s.devices[id]
-		if d == nil {
-			return fmt.Errorf("device %s: a snapshot record is kept for a device that left", id)
-		}
-		if !bytes.Equal(c.devices[id], framed(func(e *enc) { e.device(d) })) {
-			return fmt.Errorf("device %s: the kept snapshot record is stale", id)
-		}
+	if err := checkKept("device", c.devices, s.devices, (*enc).device); err != nil {
+		return err
 	}
 	for _, id := range sortedKeys(c.live) {
 		a, r := s.allocs[id], c.live[id]
 		if a != nil && r.at == a.ModifyIndex && !bytes.Equal(r.b, framed(func(e *enc) { e.alloc(a) })) {
 			return fmt.Errorf("allocation %s changed without a new ModifyIndex (%d): the kept snapshot record is stale", id, a.ModifyIndex)
+		}
+	}
+	return nil
+}
+
+// checkKept compares the records kept of what objs holds with fresh
+// encodings: one kept for an object that left, or that differs, is stale.
+func checkKept[T any](what string, kept map[string][]byte, objs map[string]T, encode func(*enc, T)) error {
+	for _, id := range sortedKeys(kept) {
+		o, ok := objs[id]
+		if !ok {
+			return fmt.Errorf("%s %s: a snapshot record is kept for a %s that left", what, id, what)
+		}
+		if !bytes.Equal(kept[id], framed(func(e *enc) { encode(e, o) })) {
+			return fmt.Errorf("%s %s: the kept snapshot record is stale", what, id)
 		}
 	}
 	return nil
