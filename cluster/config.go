@@ -134,17 +134,26 @@ type Config struct {
 	// 500 ms, at most half the probe interval); GossipRetransmitMult
 	// how many times each node passes a gossip message on, times
 	// log10(members+1) (memberlist's default 4); GossipNoCompression
-	// sends gossip uncompressed. A process that runs thousands of nodes
-	// (hostsim) needs them; an agent keeps the defaults.
+	// sends gossip uncompressed; GossipNoTCPPings leaves out the TCP ping
+	// that follows a failed UDP probe. A process that runs thousands of
+	// nodes (hostsim) needs them; an agent keeps the defaults.
 	GossipProbeTimeout   time.Duration
 	GossipRetransmitMult int
 	GossipNoCompression  bool
+	GossipNoTCPPings     bool
 	// GossipTransport, when set, opens the node's memberlist transport on
 	// BindAddr and GossipPort (0: a free port) instead of memberlist's
 	// NetTransport. The host simulator's transport keeps its hosts'
 	// traffic among themselves in its process; agents and servers leave it
 	// nil.
 	GossipTransport func(bindAddr string, port int) (memberlist.NodeAwareTransport, error)
+	// ServersOnlyMembers makes a host that is not a server keep only
+	// itself and the servers in its member list: the other hosts are
+	// gossip members all the same, but it neither lists them nor
+	// reconnects to them when they fail (the servers do). The host
+	// simulator sets it: N hosts in one process would otherwise keep N²
+	// member records besides memberlist's own N².
+	ServersOnlyMembers bool
 	// EncryptKey turns on gossip encryption with this key (16, 24 or 32
 	// bytes): members without it are neither seen nor heard. A keyring
 	// file left by an earlier run wins over it (keyring.go).

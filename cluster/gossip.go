@@ -58,6 +58,10 @@ type members struct {
 	events chan struct{} // capacity 1: "something changed"
 	now    func() time.Time
 	swept  time.Time // the last sweep of long-gone nodes
+	// serversOnly, when set, leaves out members other than self that are
+	// not servers (Config.ServersOnlyMembers).
+	serversOnly bool
+	self        string
 }
 
 func newMembers() *members {
@@ -76,6 +80,10 @@ func (ms *members) set(n *memberlist.Node, alive bool) {
 	_ = json.Unmarshal(n.Meta, &meta)
 	ms.mu.Lock()
 	m := ms.byID[n.Name]
+	if m == nil && ms.serversOnly && n.Name != ms.self && !meta.server() {
+		ms.mu.Unlock() // a server's first news always carries its metadata
+		return
+	}
 	if m == nil {
 		m = &memberInfo{id: n.Name}
 		ms.byID[n.Name] = m

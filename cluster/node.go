@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"strconv"
 	"sync"
@@ -108,6 +109,8 @@ func New(cfg Config) (*Node, error) {
 		members:    newMembers(),
 		integ:      newIntegrity(),
 	}
+	n.members.serversOnly = cfg.ServersOnlyMembers && !cfg.Server
+	n.members.self = cfg.NodeID
 	n.baseCtx, n.cancelBase = context.WithCancel(context.Background())
 	n.rpc = n.newRPCClient()
 	n.readUpgradeTestKnobs()
@@ -289,6 +292,7 @@ func (n *Node) startGossip() error {
 		c.RetransmitMult = n.cfg.GossipRetransmitMult
 	}
 	c.EnableCompression = !n.cfg.GossipNoCompression
+	c.DisableTcpPings = n.cfg.GossipNoTCPPings
 	// A node restarted on another address may take its name back once
 	// the old incarnation is known dead.
 	c.DeadNodeReclaimTime = 30 * time.Second
@@ -323,7 +327,7 @@ func (n *Node) joinLoop() {
 		return
 	}
 	for {
-		k, err := n.ml.Join(n.cfg.Join)
+		k, err := n.join()
 		if k > 0 {
 			n.log.Info("joined the cluster", "contacted", k)
 			return
@@ -333,6 +337,29 @@ func (n *Node) joinLoop() {
 			return
 		}
 	}
+}
+
+// join contacts the configured addresses. A server contacts them all. A
+// host needs one: every node it contacts sends it the whole membership, a
+// cost to that node and to the host that grows with the pool, so it tries
+// them one at a time, from an address its name picks, so that hosts
+// spread over the servers.
+func (n *Node) join() (int, error) {
+	if n.cfg.Server {
+		return n.ml.Join(n.cfg.Join)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(n.cfg.NodeID))
+	first := int(h.Sum32() % uint32(len(n.cfg.Join)))
+	var errs []error
+	for i := range n.cfg.Join {
+		k, err := n.ml.Join([]string{n.cfg.Join[(first+i)%len(n.cfg.Join)]})
+		if k > 0 {
+			return k, nil
+		}
+		errs = append(errs, err)
+	}
+	return 0, errors.Join(errs...)
 }
 
 // reconnectMax bounds the addresses one reconnect round tries (a joining

@@ -110,11 +110,13 @@ Options:
       The hosts' timings, as the agent flags of the same names.
 
   -gossip-probe-timeout=<duration>, -gossip-retransmit-mult=<n>,
-  -gossip-no-compression
+  -gossip-no-compression, -gossip-no-tcp-pings
       The hosts' gossip load: how long a probe waits for its ack
       (default 500ms), how often each host passes a message on (times
-      log10 of the members; default 4), and no compression of gossip
-      messages (each compressed message costs a 16 KB table).
+      log10 of the members; default 4), no compression of gossip
+      messages (each compressed message costs a 16 KB table), and no TCP
+      ping after a failed UDP probe (on a busy process each is a stream
+      that waits for a busy host).
 
   -encrypt=<key>
       Gossip key (or DMSC_ENCRYPT).
@@ -170,6 +172,7 @@ func (f *simHostsFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.cfg.GossipProbeTimeout, "gossip-probe-timeout", 0, "")
 	fs.IntVar(&f.cfg.GossipRetransmitMult, "gossip-retransmit-mult", 0, "")
 	fs.BoolVar(&f.cfg.GossipNoCompression, "gossip-no-compression", false, "")
+	fs.BoolVar(&f.cfg.GossipNoTCPPings, "gossip-no-tcp-pings", false, "")
 	fs.DurationVar(&f.cfg.RetryJoinInterval, "retry-interval", 0, "")
 	fs.DurationVar(&f.cfg.ReconnectInterval, "reconnect-interval", 0, "")
 	fs.DurationVar(&f.cfg.InventoryInterval, "inventory-interval", 0, "")

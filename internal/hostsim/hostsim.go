@@ -61,6 +61,7 @@ type Config struct {
 	GossipProbeTimeout   time.Duration
 	GossipRetransmitMult int
 	GossipNoCompression  bool
+	GossipNoTCPPings     bool
 	RetryJoinInterval    time.Duration
 	ReconnectInterval    time.Duration
 	InventoryInterval    time.Duration
@@ -177,6 +178,7 @@ func (s *Sim) nodeConfig(id string, h *host) (cluster.Config, error) {
 		GossipProbeTimeout:   s.cfg.GossipProbeTimeout,
 		GossipRetransmitMult: s.cfg.GossipRetransmitMult,
 		GossipNoCompression:  s.cfg.GossipNoCompression,
+		GossipNoTCPPings:     s.cfg.GossipNoTCPPings,
 		InventoryInterval:    s.cfg.InventoryInterval,
 		EncryptKey:           s.cfg.EncryptKey,
 		ACLEnabled:           s.cfg.ACLEnabled,
@@ -185,6 +187,7 @@ func (s *Sim) nodeConfig(id string, h *host) (cluster.Config, error) {
 		Logger:               s.cfg.Logger.Named(id),
 		Inventory:            h.inventory(id, s.cfg.GPUsPerHost),
 		GossipTransport:      s.fabric.listen,
+		ServersOnlyMembers:   true,
 	}
 	if s.cfg.TLS != nil {
 		st, err := s.cfg.TLS(id)
