@@ -34,9 +34,17 @@ const (
 // an agent's defaults (internal/hostsim/DESIGN.md).
 var simGossipArgs = []string{
 	"-gossip-probe-interval", "5s", "-gossip-probe-timeout", "2s", "-gossip-suspicion-mult", "6",
-	"-gossip-retransmit-mult", "1", "-gossip-no-compression",
+	"-gossip-retransmit-mult", "1", "-gossip-no-compression", "-gossip-no-tcp-pings",
 	"-retry-interval", "1s", "-reconnect-interval", "60s",
 }
+
+// simStartRate is how many hosts the simulator starts per second: 25 up
+// to 640 hosts, fewer beyond, down to 8 at 2,000. Each join costs every
+// member of the pool a share of the news, so a join costs the simulator
+// in proportion to the hosts already in; a pool that grows faster than
+// two shared cores digest falls behind, and its hosts suspect each
+// other.
+func simStartRate(n int) int { return max(1, min(25, 16000/n)) }
 
 // scaleServerArgs give the servers an agent's default gossip timing
 // (the harness's 200 ms probe would have three servers probe thousands
@@ -61,7 +69,7 @@ func startSim(t *testing.T, ctx context.Context, c *Cluster, n int, extra ...str
 		join = append(join, s.GossipAddr)
 	}
 	args := append([]string{"sim-hosts", "-hosts", strconv.Itoa(n), "-join", strings.Join(join, ","),
-		"-start-rate", "25", "-log-level", "error"}, simGossipArgs...)
+		"-start-rate", strconv.Itoa(simStartRate(n)), "-log-level", "error"}, simGossipArgs...)
 	cmd := exec.Command(binary, append(args, extra...)...)
 	cmd.Env = agentEnv()
 	logFile, err := os.Create(filepath.Join(t.ArtifactDir(), "sim-hosts.log"))
