@@ -125,7 +125,9 @@ func (e *enc) request(r *Request) {
 	e.strMap(r.Labels.Forbidden)
 }
 
-func (e *enc) alloc(a *Allocation) {
+// alloc appends a's record and returns where in e.b its first device ID
+// starts (0 when it has no devices).
+func (e *enc) alloc(a *Allocation) (dev int) {
 	e.str(a.ID)
 	e.str(a.RequestID)
 	e.str(a.Namespace)
@@ -134,6 +136,9 @@ func (e *enc) alloc(a *Allocation) {
 	e.str(string(a.Policy))
 	e.str(a.Host)
 	e.uvarint(uint64(len(a.Devices)))
+	if len(a.Devices) > 0 {
+		dev = len(e.b)
+	}
 	for _, as := range a.Devices {
 		e.str(as.DeviceID)
 		e.int(as.Claim)
@@ -151,6 +156,7 @@ func (e *enc) alloc(a *Allocation) {
 	e.strs(a.Preempted)
 	e.str(a.Reason)
 	e.whyNot(a.WhyNot)
+	return dev
 }
 
 func (e *enc) whyNot(w *WhyNot) {
@@ -204,6 +210,9 @@ type dec struct {
 	// devs, when set, are the devices of the state being restored:
 	// a device ID they hold is interned as the device's own.
 	devs map[string]*Device
+	// devLeft is what alloc left of b where the first device ID starts
+	// (0 when the allocation has none).
+	devLeft int
 }
 
 // interner is what the records one decoder decodes share, so that what
@@ -478,7 +487,9 @@ func (d *dec) alloc() *Allocation {
 	a.Status = AllocStatus(d.sym())
 	a.Policy = Policy(d.sym())
 	a.Host = d.sym()
+	d.devLeft = 0
 	if n := d.count(); n > 0 {
+		d.devLeft = len(d.b)
 		a.Devices = make([]Assignment, n)
 		for i := range a.Devices {
 			as := &a.Devices[i]
