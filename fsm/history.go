@@ -189,6 +189,12 @@ func (h *history) find(id string) (uint64, bool) {
 	return n, ok
 }
 
+// has reports whether the history holds allocation id.
+func (h *history) has(id string) bool {
+	_, ok := h.find(id)
+	return ok
+}
+
 // get returns allocation id, decoded afresh, or nil.
 func (h *history) get(id string) *Allocation {
 	n, ok := h.find(id)

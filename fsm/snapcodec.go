@@ -225,6 +225,10 @@ type interner struct {
 	claims map[string][]Claim
 	// scratch is where claims are decoded before they are looked up.
 	scratch []Claim
+	// recent holds syms by a hash of their bytes, in front of syms: the
+	// few strings that most records repeat are found in a table that
+	// stays in the processor's cache, whatever syms holds.
+	recent [256]string
 }
 
 // Bounds on what an interner holds.
@@ -292,13 +296,14 @@ func (d *dec) raw() []byte {
 
 func (d *dec) str() string { return string(d.raw()) }
 
-// devID is sym for a device ID.
+// devID is str for a device ID, or the ID of the device of devs it
+// names.
 func (d *dec) devID() string {
 	if v := d.devs[string(d.peekRaw())]; v != nil {
 		d.raw()
 		return v.ID
 	}
-	return d.sym()
+	return d.str()
 }
 
 // peekRaw is what raw would return, without taking it (nil when it would
@@ -320,13 +325,22 @@ func (d *dec) sym() string {
 	if d.in == nil {
 		return string(b)
 	}
-	if s, ok := d.in.syms[string(b)]; ok {
-		return s
+	x := uint8(len(b))
+	for _, c := range b {
+		x = x*31 + c
 	}
-	s := string(b)
-	if len(d.in.syms) < maxSyms {
-		d.in.syms[s] = s
+	recent := &d.in.recent[x]
+	if *recent == string(b) {
+		return *recent
 	}
+	s, ok := d.in.syms[string(b)]
+	if !ok {
+		s = string(b)
+		if len(d.in.syms) < maxSyms {
+			d.in.syms[s] = s
+		}
+	}
+	*recent = s
 	return s
 }
 
@@ -480,6 +494,12 @@ func (d *dec) shareClaims(enc []byte, claims []Claim) []Claim {
 
 func (d *dec) alloc() *Allocation {
 	a := &Allocation{}
+	d.allocInto(a)
+	return a
+}
+
+// allocInto decodes an allocation into a, which must be zero.
+func (d *dec) allocInto(a *Allocation) {
 	a.ID = d.str()
 	a.RequestID = d.str()
 	a.Namespace = d.sym()
@@ -510,7 +530,6 @@ func (d *dec) alloc() *Allocation {
 	a.Preempted = d.strList()
 	a.Reason = d.sym()
 	a.WhyNot = d.whyNot()
-	return a
 }
 
 func (d *dec) whyNot() *WhyNot {

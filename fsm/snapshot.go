@@ -255,7 +255,7 @@ func restoreV1(r io.Reader) (*State, error) {
 		if a == nil {
 			return nil, errf(ErrSnapshot, "bad history entry")
 		}
-		if err := s.restoreHistory(histRecord{a: a, pool: s.statsPool(a)}); err != nil {
+		if err := s.restoreHistory(histRecord{a: *a, pool: s.statsPool(a), live: s.allocs[a.ID] != nil}); err != nil {
 			return nil, err
 		}
 	}
@@ -276,11 +276,17 @@ type snapReader struct {
 }
 
 func newSnapReader(r *bufio.Reader) *snapReader {
-	sr := &snapReader{r: r, in: make([]*interner, sectionDecoders())}
+	sr := &snapReader{r: r}
+	sr.newInterners()
+	return sr
+}
+
+// newInterners gives each decoder an empty interner.
+func (sr *snapReader) newInterners() {
+	sr.in = make([]*interner, sectionDecoders())
 	for i := range sr.in {
 		sr.in[i] = newInterner()
 	}
-	return sr
 }
 
 // sectionDecoders is how many goroutines decode a section's records side
@@ -470,11 +476,13 @@ func readSection[T any](sr *snapReader, what string, count func(uint64), decode 
 // read as a record, its bytes (raw, only until it is filed), their hash
 // and where its first device ID starts (history.addRecord).
 type histRecord struct {
-	a    *Allocation
+	a    Allocation
 	pool string
 	raw  []byte
 	sum  uint64
 	dev  int
+	// live is set when a live allocation has its ID.
+	live bool
 }
 
 // newRestored is a state to restore into: its statistics gather the
@@ -530,16 +538,25 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := readSection(sr, "request", nil, (*dec).cacheEntry, putRequest); err != nil {
 		return nil, err
 	}
+	// A history record is kept as its bytes: what it decodes to is
+	// scratch, whose strings need not be shared with the state's. So its
+	// device IDs are not looked up among the devices, and what it repeats
+	// is interned in tables of its own, small, not among the hosts' and
+	// devices' IDs.
+	sr.devs = nil
+	sr.newInterners()
 	// A history record is kept and hashed as it was read: what decodes
 	// whole is the one encoding of what it decoded to (snapcodec.go).
-	// Its hash and statsPool are found by the decoder too.
+	// Its hash, its statsPool and whether a live allocation has its ID
+	// (the live allocations are all in) are found by the decoder too.
 	decodeHistory := func(d *dec) histRecord {
 		r := histRecord{raw: d.b, sum: recordHash(d.b)}
-		r.a = d.alloc()
+		d.allocInto(&r.a)
 		if d.devLeft > 0 {
 			r.dev = len(r.raw) - d.devLeft
 		}
-		r.pool = s.statsPool(r.a)
+		r.pool = s.statsPool(&r.a)
+		r.live = s.allocs[r.a.ID] != nil
 		return r
 	}
 	// The history's list and index are made to size as the records
@@ -695,8 +712,8 @@ func (s *State) restoreLive(a *Allocation) error {
 // restoreHistory files an ended allocation: its record as read (r.raw),
 // or encoded afresh when there is none or it changed.
 func (s *State) restoreHistory(r histRecord) error {
-	a := r.a
-	if a.Status.Live() || s.lookup(a.ID) != nil {
+	a := &r.a
+	if a.Status.Live() || r.live || s.history.has(a.ID) {
 		return errf(ErrSnapshot, "bad history entry")
 	}
 	if a.Namespace == "" {
