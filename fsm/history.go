@@ -20,13 +20,13 @@ type Retention struct {
 }
 
 // DefaultRetention keeps a week or 100,000 allocations, whichever is less.
-// At about 1 KB a record (BytesPerHistoryRecord, BENCHMARKS.md "Memory")
-// the history then takes at most some 100 MB of heap, whatever the
+// At some 750 B a record (BytesPerHistoryRecord, BENCHMARKS.md "Memory")
+// the history then takes at most some 75 MB of heap, whatever the
 // write rate: the count bounds it even when a week holds far more.
 var DefaultRetention = Retention{MaxCount: 100000, MaxAge: 7 * 24 * time.Hour}
 
 // MaxRetentionCount is the most history entries that may be kept (some
-// 10 GB of heap at BytesPerHistoryRecord).
+// 7.5 GB of heap at BytesPerHistoryRecord).
 const MaxRetentionCount = 10000000
 
 // history holds ended allocations in the order they ended, each as its

@@ -528,8 +528,8 @@ type aggKey struct {
 }
 
 // devAllocs lists the allocations whose first device is one device: the
-// live ones, some of them perhaps ended since, and the history's by record
-// number, some of them perhaps dropped since (dead counts both).
+// live ones, and the history's by record number, some of them perhaps
+// dropped since (dead counts them).
 type devAllocs struct {
 	live []*Allocation
 	hist []uint64
@@ -778,27 +778,19 @@ func (s *State) aggAddFirstDev(a *Allocation) {
 func (s *State) aggDropped(a *Allocation) {
 	s.aggCount(a, -1)
 	s.countLost(a, -1)
-	s.firstDevDead(a)
-}
-
-// firstDevDead notes that an entry of a's first device's list is no
-// longer counted, and compacts the list once half of it is dead.
-func (s *State) firstDevDead(a *Allocation) {
 	if len(a.Devices) == 0 || s.agg.byFirstDev == nil {
 		return
 	}
 	id := a.Devices[0].DeviceID
 	l := s.agg.byFirstDev[id]
 	l.dead++
-	if l.dead*2 > len(l.live)+len(l.hist) {
+	if l.dead*2 > len(l.hist) {
 		s.compactFirstDev(id, l)
 	}
 }
 
-// compactFirstDev keeps of a list what is counted now: the allocations
-// still live, the records still in the history.
+// compactFirstDev keeps of a list's records those still in the history.
 func (s *State) compactFirstDev(id string, l *devAllocs) {
-	l.live = slices.DeleteFunc(l.live, func(a *Allocation) bool { return s.allocs[a.ID] != a })
 	l.hist = slices.DeleteFunc(l.hist, func(n uint64) bool { return !s.history.kept(n) })
 	l.dead = 0
 	if len(l.live)+len(l.hist) == 0 {
@@ -900,8 +892,10 @@ func (s *State) aggEnded(a *Allocation) {
 	s.countLost(a, 1)
 	if len(a.Devices) > 0 && s.agg.byFirstDev != nil {
 		l := s.agg.firstDevList(a.Devices[0].DeviceID)
+		if i := slices.Index(l.live, a); i >= 0 {
+			l.live = slices.Delete(l.live, i, i+1)
+		}
 		l.hist = append(l.hist, s.history.last())
-		s.firstDevDead(a)
 	}
 }
 
