@@ -252,15 +252,16 @@ func (h *history) trim(now int64, r Retention, dropped func(*Allocation)) {
 	}
 	// The chunks before the oldest record's go; the last stays, to take
 	// the next records.
-	keep := h.chunk0 + uint32(max(len(h.chunks)-1, 0))
+	drop := max(len(h.chunks)-1, 0)
 	if h.len() > 0 {
-		keep = min(keep, h.list[h.head].chunk)
+		drop = min(drop, int(h.list[h.head].chunk-h.chunk0))
 	}
-	for ; h.chunk0 < keep; h.chunk0++ {
+	for range drop {
 		if !h.shared.Load() {
 			h.chunks[0] = nil
 		}
 		h.chunks = h.chunks[1:]
+		h.chunk0++
 	}
 	if h.head > 1024 && (h.shared.Load() || h.head > len(h.list)/2) {
 		h.list = append([]histEntry(nil), h.list[h.head:]...)

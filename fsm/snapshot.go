@@ -733,7 +733,8 @@ func (s *State) restoreHistory(r histRecord) error {
 }
 
 // restoreFinish rebuilds the derived state once everything is in, and
-// checks that it holds together.
+// checks that it holds together (checkLive: the history was checked
+// record by record as restoreHistory filed it).
 func (s *State) restoreFinish() (*State, error) {
 	for _, id := range sortedKeys(s.devices) {
 		s.reindex(s.devices[id])
