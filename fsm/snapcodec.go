@@ -222,7 +222,10 @@ type dec struct {
 // request arrives), so allocations may share them.
 type interner struct {
 	syms   map[string]string
-	claims map[string][]Claim
+	claims map[string]sharedClaims
+	// last is the claims shared last: a record that goes on with their
+	// encoding has them, and they are not decoded again (lastClaims).
+	last sharedClaims
 	// scratch is where claims are decoded before they are looked up.
 	scratch []Claim
 	// recent holds syms by a hash of their bytes, in front of syms: the
@@ -238,7 +241,14 @@ const (
 )
 
 func newInterner() *interner {
-	return &interner{syms: map[string]string{}, claims: map[string][]Claim{}}
+	return &interner{syms: map[string]string{}, claims: map[string]sharedClaims{}}
+}
+
+// sharedClaims is a request's claims that records share, and their
+// encoding.
+type sharedClaims struct {
+	enc    string
+	claims []Claim
 }
 
 func (d *dec) fail() {
@@ -446,25 +456,8 @@ func (d *dec) device() *Device {
 }
 
 func (d *dec) request(r *Request) {
-	start := d.b
-	if n := d.count(); n > 0 {
-		var claims []Claim
-		if d.in != nil {
-			claims = slices.Grow(d.in.scratch[:0], n)[:n]
-			d.in.scratch = claims
-		} else {
-			claims = make([]Claim, n)
-		}
-		for i := range claims {
-			c := &claims[i]
-			c.Type = DeviceType(d.sym())
-			c.Count = d.int()
-			c.Pool = d.sym()
-			c.Capabilities.Resources = d.res()
-			c.Capabilities.Custom = d.strMap()
-			c.Amount = d.res()
-		}
-		r.Claims = d.shareClaims(start[:len(start)-len(d.b)], claims)
+	if !d.lastClaims(r) {
+		d.claims(r)
 	}
 	r.Priority = d.int()
 	r.Timeout = time.Duration(d.varint())
@@ -475,6 +468,47 @@ func (d *dec) request(r *Request) {
 	r.Labels.Forbidden = d.strMap()
 }
 
+// claims decodes a request's claims.
+func (d *dec) claims(r *Request) {
+	start := d.b
+	n := d.count()
+	if n == 0 {
+		return
+	}
+	var claims []Claim
+	if d.in != nil {
+		claims = slices.Grow(d.in.scratch[:0], n)[:n]
+		d.in.scratch = claims
+	} else {
+		claims = make([]Claim, n)
+	}
+	for i := range claims {
+		c := &claims[i]
+		c.Type = DeviceType(d.sym())
+		c.Count = d.int()
+		c.Pool = d.sym()
+		c.Capabilities.Resources = d.res()
+		c.Capabilities.Custom = d.strMap()
+		c.Amount = d.res()
+	}
+	r.Claims = d.shareClaims(start[:len(start)-len(d.b)], claims)
+}
+
+// lastClaims takes the claims the interner shared last, when the record
+// goes on with their encoding: the same bytes decode to the same claims,
+// whose encoding delimits itself.
+func (d *dec) lastClaims(r *Request) bool {
+	if d.in == nil {
+		return false
+	}
+	enc := d.in.last.enc
+	if enc == "" || len(d.b) < len(enc) || string(d.b[:len(enc)]) != enc {
+		return false
+	}
+	r.Claims, d.b = d.in.last.claims, d.b[len(enc):]
+	return true
+}
+
 // shareClaims returns claims decoded from enc, in the interner's scratch,
 // as the claims of an earlier request of the same encoding or as a copy
 // of their own (claims itself without an interner).
@@ -482,14 +516,15 @@ func (d *dec) shareClaims(enc []byte, claims []Claim) []Claim {
 	if d.in == nil || d.err != nil {
 		return claims
 	}
-	if c, ok := d.in.claims[string(enc)]; ok {
-		return c
+	c, ok := d.in.claims[string(enc)]
+	if !ok {
+		c = sharedClaims{enc: string(enc), claims: slices.Clone(claims)}
+		if len(d.in.claims) < maxClaims {
+			d.in.claims[c.enc] = c
+		}
 	}
-	c := slices.Clone(claims)
-	if len(d.in.claims) < maxClaims {
-		d.in.claims[string(enc)] = c
-	}
-	return c
+	d.in.last = c
+	return c.claims
 }
 
 func (d *dec) alloc() *Allocation {
