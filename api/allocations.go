@@ -127,8 +127,10 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 }
 
 // allocationPage answers one page of the live and/or ended allocations
-// that match the query's filter. It filters the state's own values under
-// the read lock and copies only the page.
+// that match the query's filter. It filters under the read lock copies
+// of the live allocations and the history's, each decoded for the read;
+// what it keeps is cut to the page's window as it grows, so a long
+// history costs no more memory than a few pages.
 func (s *Server) allocationPage(w http.ResponseWriter, r *http.Request, live, history bool) error {
 	q := r.URL.Query()
 	f, err := parseAllocFilter(q)
@@ -149,6 +151,9 @@ func (s *Server) allocationPage(w http.ResponseWriter, r *http.Request, live, hi
 		keep := func(a *fsm.Allocation) bool {
 			if inNS(a.Namespace) && f.match(st, a) {
 				list = append(list, a)
+				if len(list) > 2*p.limit+64 {
+					list = pageWindow(list, p)
+				}
 			}
 			return true
 		}
@@ -161,9 +166,6 @@ func (s *Server) allocationPage(w http.ResponseWriter, r *http.Request, live, hi
 			st.EachHistory(keep)
 		}
 		page, next = paginate(list, p)
-		for i, a := range page {
-			page[i] = a.Clone()
-		}
 	})
 	if err != nil {
 		return err

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -357,5 +359,35 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met before the deadline")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPageWindowPaginatesAsWhole checks that a list cut to its page's
+// window, as allocationPage cuts it while it filters, paginates as the
+// whole list would.
+func TestPageWindowPaginatesAsWhole(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		n := rng.IntN(500)
+		var all []*fsm.Allocation
+		for _, seq := range rng.Perm(2 * n)[:n] {
+			all = append(all, &fsm.Allocation{Seq: uint64(seq)})
+		}
+		p := pageParams{limit: 1 + rng.IntN(20), reverse: rng.IntN(2) == 0}
+		if rng.IntN(2) == 0 {
+			p.from, p.hasFrom = uint64(rng.IntN(2*n+1)), true
+		}
+		var cut []*fsm.Allocation
+		for _, a := range all {
+			cut = append(cut, a)
+			if len(cut) > 2*p.limit+3 {
+				cut = pageWindow(cut, p)
+			}
+		}
+		wantPage, wantNext := paginate(slices.Clone(all), p)
+		page, next := paginate(cut, p)
+		if !slices.Equal(page, wantPage) || next != wantNext {
+			t.Fatalf("%+v over %d: cut list gives %d and %q, whole list %d and %q", p, n, len(page), next, len(wantPage), wantNext)
+		}
 	}
 }

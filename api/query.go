@@ -215,6 +215,18 @@ func parsePage(q url.Values) (pageParams, error) {
 // paginate sorts allocations by arrival and cuts the page; next is the
 // token of the following page, "" at the end.
 func paginate(list []*fsm.Allocation, p pageParams) (page []*fsm.Allocation, next string) {
+	list = pageWindow(list, p)
+	if len(list) > p.limit {
+		next = strconv.FormatUint(list[p.limit].Seq, 10)
+		list = list[:p.limit]
+	}
+	return list, next
+}
+
+// pageWindow sorts allocations by arrival and keeps what paginate reads:
+// the page and the first after it. A list cut to its window paginates
+// as the whole list would.
+func pageWindow(list []*fsm.Allocation, p pageParams) []*fsm.Allocation {
 	slices.SortFunc(list, func(a, b *fsm.Allocation) int {
 		if p.reverse {
 			return cmpSeq(b.Seq, a.Seq)
@@ -231,12 +243,9 @@ func paginate(list []*fsm.Allocation, p pageParams) (page []*fsm.Allocation, nex
 			}
 		}
 	}
-	list = list[start:]
-	if len(list) > p.limit {
-		next = strconv.FormatUint(list[p.limit].Seq, 10)
-		list = list[:p.limit]
-	}
-	return list, next
+	n := copy(list, list[start:min(start+p.limit+1, len(list))])
+	clear(list[n:])
+	return list[:n]
 }
 
 func cmpSeq(a, b uint64) int {

@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"fmt"
 	"hash/crc64"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strconv"
@@ -18,64 +20,121 @@ type Retention struct {
 }
 
 // DefaultRetention keeps a week or 100,000 allocations, whichever is less.
-// At about 1 KB a record (BytesPerHistoryRecord, BENCHMARKS.md "Memory")
-// the history then takes at most some 100 MB of heap, whatever the
+// At some 750 B a record (BytesPerHistoryRecord, BENCHMARKS.md "Memory")
+// the history then takes at most some 75 MB of heap, whatever the
 // write rate: the count bounds it even when a week holds far more.
 var DefaultRetention = Retention{MaxCount: 100000, MaxAge: 7 * 24 * time.Hour}
 
 // MaxRetentionCount is the most history entries that may be kept (some
-// 10 GB of heap at BytesPerHistoryRecord).
+// 7.5 GB of heap at BytesPerHistoryRecord).
 const MaxRetentionCount = 10000000
 
-// history holds ended allocations in the order they ended, and a digest
-// of them: the sum of a hash of each record's snapshot encoding, kept as
-// records enter and leave, so that hashing the state (WriteDigest) need
-// not encode the history. History records never change once added.
+// history holds ended allocations in the order they ended, each as its
+// snapshot record (the encoding of snapcodec.go) rather than as an
+// Allocation: the records lie one after another in large byte chunks, and
+// the entries that find them, the index by ID and the digest hold no
+// pointers, so the garbage collector has next to nothing to scan however
+// long the history. A record is decoded when it is read (get, each, at).
+// The digest is the sum of a hash of each record, kept as records enter
+// and leave, so that hashing the state (WriteDigest) need not encode the
+// history. History records never change once added.
 type history struct {
-	list   []histEntry
-	head   int
-	byID   map[string]*Allocation
-	digest uint64
-	rec    enc // reused to encode a record for its hash
-	// shared is set while list's array may be read by a snapshot being
-	// written (view): trim then leaves the array's entries alone, and
-	// moves the kept ones to a new array soon, so that the dropped
-	// records are not held for long. Atomic: readers of the state, under
-	// a shared lock, capture snapshots concurrently.
+	histRecords
+	// used is how much of the last chunk holds records.
+	used int
+	// list holds the entries, oldest first from head; first is the
+	// record number (how many records were added before it) of
+	// list[head]. Record numbers never change as the history trims.
+	list  []histEntry
+	head  int
+	first uint64
+	// byHash finds a record number by a hash of its allocation's ID, the
+	// ID read from the record deciding; collided holds the records whose
+	// ID hashed as one already held when they came.
+	byHash   map[uint64]uint64
+	collided map[string]uint64
+	seed     maphash.Seed
+	digest   uint64
+	rec      enc // reused to encode a record
+	// shared is set while the arrays of list and chunks may be read by a
+	// snapshot being written (view): trim then leaves the chunks array's
+	// elements alone, and moves both to new arrays soon, so that the
+	// dropped chunks are not held for long. Atomic: readers of the state,
+	// under a shared lock, capture snapshots concurrently.
 	shared atomic.Bool
 }
 
+// histRecords holds the history's records: chunk number c (counted from
+// the first the history made) is chunks[c-chunk0]. A chunk is made at its
+// full length and a byte of it never changes once written.
+type histRecords struct {
+	chunks [][]byte
+	chunk0 uint32
+}
+
+// histEntry is where a record lies, and what trim and the statistics read
+// without decoding it.
 type histEntry struct {
-	a    *Allocation
-	hash uint64
+	chunk, off, n uint32
+	// dev is where the record's first device ID starts in it; 0 when the
+	// allocation got no devices.
+	dev     uint32
+	hash    uint64
+	endedAt int64
 }
 
-func newHistory() *history { return &history{byID: map[string]*Allocation{}} }
+// Chunks grow from histChunkMin to histChunkMax bytes, so that a short
+// history takes little; a longer record takes a chunk of its own.
+const (
+	histChunkMin = 4 << 10
+	histChunkMax = 1 << 20
+)
 
-func (h *history) add(a *Allocation) { h.addHashed(a, h.hash(a)) }
-
-// addHashed adds a, whose record hashes to sum (recordHash of its
-// snapshot encoding).
-func (h *history) addHashed(a *Allocation, sum uint64) {
-	h.list = append(h.list, histEntry{a: a, hash: sum})
-	h.byID[a.ID] = a
-	h.digest += sum
+func newHistory() *history {
+	return &history{byHash: map[uint64]uint64{}, collided: map[string]uint64{}, seed: maphash.MakeSeed()}
 }
 
-// hash is recordHash of a's snapshot encoding.
-func (h *history) hash(a *Allocation) uint64 {
+// add adds a, encoding it.
+func (h *history) add(a *Allocation) {
 	h.rec.b = h.rec.b[:0]
-	h.rec.alloc(a)
-	return recordHash(h.rec.b)
+	dev := h.rec.alloc(a)
+	h.addRecord(h.rec.b, recordHash(h.rec.b), dev, a)
+}
+
+// addRecord adds a, whose record is b (copied), hashing to sum
+// (recordHash), its first device ID starting at dev.
+func (h *history) addRecord(b []byte, sum uint64, dev int, a *Allocation) {
+	if len(h.chunks) == 0 || len(b) > len(h.chunks[len(h.chunks)-1])-h.used {
+		size := histChunkMin
+		if len(h.chunks) > 0 {
+			size = min(2*len(h.chunks[len(h.chunks)-1]), histChunkMax)
+		}
+		h.chunks = append(h.chunks, make([]byte, max(size, len(b))))
+		h.used = 0
+	}
+	copy(h.chunks[len(h.chunks)-1][h.used:], b)
+	n := h.first + uint64(h.len())
+	h.list = append(h.list, histEntry{
+		chunk: h.chunk0 + uint32(len(h.chunks)-1), off: uint32(h.used), n: uint32(len(b)),
+		dev: uint32(dev), hash: sum, endedAt: a.EndedAt,
+	})
+	h.used += len(b)
+	k := maphash.String(h.seed, a.ID)
+	if _, taken := h.byHash[k]; taken {
+		h.collided[a.ID] = n
+	} else {
+		h.byHash[k] = n
+	}
+	h.digest += sum
 }
 
 // reserve makes room for n entries more, for a restore that knows how
 // many may follow.
 func (h *history) reserve(n int) {
 	h.list = slices.Grow(h.list, n)
-	byID := make(map[string]*Allocation, len(h.byID)+n)
-	maps.Copy(byID, h.byID)
-	h.byID = byID
+	byHash := make(map[uint64]uint64, len(h.byHash)+n)
+	maps.Copy(byHash, h.byHash)
+	h.byHash = byHash
 }
 
 // recordHash hashes an encoded record: CRC-64 with its bits mixed
@@ -93,61 +152,188 @@ func recordHash(b []byte) uint64 {
 
 var crcTable = crc64.MakeTable(crc64.ECMA)
 
-func (h *history) get(id string) *Allocation { return h.byID[id] }
+// record is the bytes of e's record.
+func (r *histRecords) record(e histEntry) []byte {
+	return r.chunks[e.chunk-r.chunk0][e.off : e.off+e.n]
+}
+
+// decode decodes e's record into a new Allocation, which the caller may
+// keep. Every record decodes: it was encoded, or decoded whole, as it
+// entered.
+func (r *histRecords) decode(e histEntry) *Allocation {
+	d := dec{b: r.record(e)}
+	return d.alloc()
+}
+
+// idOf is the allocation ID a record starts with.
+func idOf(rec []byte) []byte {
+	d := dec{b: rec}
+	return d.raw()
+}
+
+// entry is record number n's entry, n being kept.
+func (h *history) entry(n uint64) histEntry { return h.list[h.head+int(n-h.first)] }
+
+// kept reports whether record number n is still in the history.
+func (h *history) kept(n uint64) bool { return n >= h.first }
+
+// last is the number of the record added last.
+func (h *history) last() uint64 { return h.first + uint64(h.len()) - 1 }
+
+// find returns the record number of allocation id.
+func (h *history) find(id string) (uint64, bool) {
+	if n, ok := h.byHash[maphash.String(h.seed, id)]; ok && string(idOf(h.record(h.entry(n)))) == id {
+		return n, true
+	}
+	n, ok := h.collided[id]
+	return n, ok
+}
+
+// has reports whether the history holds allocation id.
+func (h *history) has(id string) bool {
+	_, ok := h.find(id)
+	return ok
+}
+
+// get returns allocation id, decoded afresh, or nil.
+func (h *history) get(id string) *Allocation {
+	n, ok := h.find(id)
+	if !ok {
+		return nil
+	}
+	return h.at(n)
+}
+
+// at returns record number n (kept), decoded afresh.
+func (h *history) at(n uint64) *Allocation { return h.decode(h.entry(n)) }
 
 func (h *history) len() int { return len(h.list) - h.head }
 
-// each calls f for every entry, oldest first, until f returns false.
+// each calls f for every entry, oldest first, decoded afresh, until f
+// returns false.
 func (h *history) each(f func(*Allocation) bool) {
 	for _, e := range h.list[h.head:] {
-		if !f(e.a) {
+		if !f(h.decode(e)) {
 			return
 		}
 	}
 }
 
+// eachFirstDevice calls f with the number and first device ID of every
+// record of an allocation that got devices, oldest first. The ID is the
+// record's bytes: f must not keep it.
+func (h *history) eachFirstDevice(f func(n uint64, dev []byte)) {
+	for i, e := range h.list[h.head:] {
+		if e.dev != 0 {
+			f(h.first+uint64(i), idOf(h.record(e)[e.dev:]))
+		}
+	}
+}
+
 // trim drops what the retention no longer keeps, telling dropped about
-// each entry before it goes.
+// each entry (decoded afresh) before it goes.
 func (h *history) trim(now int64, r Retention, dropped func(*Allocation)) {
 	cutoff := now - int64(r.MaxAge)
 	for h.len() > 0 {
 		e := h.list[h.head]
-		if h.len() <= r.MaxCount && e.a.EndedAt >= cutoff {
+		if h.len() <= r.MaxCount && e.endedAt >= cutoff {
 			break
 		}
-		delete(h.byID, e.a.ID)
-		h.digest -= e.hash
-		if !h.shared.Load() {
-			h.list[h.head] = histEntry{}
+		a := h.decode(e)
+		if _, ok := h.collided[a.ID]; ok {
+			delete(h.collided, a.ID)
+		} else {
+			delete(h.byHash, maphash.String(h.seed, a.ID))
 		}
-		dropped(e.a)
+		h.digest -= e.hash
 		h.head++
+		h.first++
+		dropped(a)
+	}
+	// The chunks before the oldest record's go; the last stays, to take
+	// the next records.
+	drop := max(len(h.chunks)-1, 0)
+	if h.len() > 0 {
+		drop = min(drop, int(h.list[h.head].chunk-h.chunk0))
+	}
+	for range drop {
+		if !h.shared.Load() {
+			h.chunks[0] = nil
+		}
+		h.chunks = h.chunks[1:]
+		h.chunk0++
 	}
 	if h.head > 1024 && (h.shared.Load() || h.head > len(h.list)/2) {
 		h.list = append([]histEntry(nil), h.list[h.head:]...)
+		h.chunks = append([][]byte(nil), h.chunks...)
 		h.head = 0
 		h.shared.Store(false)
 	}
 }
 
-// view returns the entries as they are now, without copying them: the
-// history never changes them in place while they may be read (shared).
-func (h *history) view() []histEntry {
+// histView is the history as a snapshot captured it: entries and the
+// chunks their records lie in, which the history never changes in place
+// while they may be read (shared).
+type histView struct {
+	histRecords
+	list []histEntry
+}
+
+// view returns the history as it is now, without copying it.
+func (h *history) view() histView {
 	h.shared.Store(true)
-	return h.list[h.head:len(h.list):len(h.list)]
+	k := len(h.chunks)
+	return histView{
+		histRecords: histRecords{chunks: h.chunks[:k:k], chunk0: h.chunk0},
+		list:        h.list[h.head:len(h.list):len(h.list)],
+	}
+}
+
+// check verifies that the history holds together: every record decodes
+// whole, hashes to its entry's hash and is found by its ID, its entry's
+// EndedAt and first device are its own, and the digest is the sum of the
+// hashes.
+func (h *history) check() error {
+	if len(h.byHash)+len(h.collided) != h.len() {
+		return fmt.Errorf("history: %d records but %d indexed", h.len(), len(h.byHash)+len(h.collided))
+	}
+	var sum uint64
+	for i, e := range h.list[h.head:] {
+		n := h.first + uint64(i)
+		rec := h.record(e)
+		d := dec{b: rec}
+		a := d.alloc()
+		if d.err != nil || len(d.b) != 0 {
+			return fmt.Errorf("history record %d does not decode", n)
+		}
+		if recordHash(rec) != e.hash || a.EndedAt != e.endedAt {
+			return fmt.Errorf("history record %d: entry does not match", n)
+		}
+		if len(a.Devices) > 0 != (e.dev != 0) || e.dev != 0 && (int(e.dev) >= len(rec) || string(idOf(rec[e.dev:])) != a.Devices[0].DeviceID) {
+			return fmt.Errorf("history record %d: first device misplaced", n)
+		}
+		if m, ok := h.find(a.ID); !ok || m != n {
+			return fmt.Errorf("history record %d: allocation %s not found by its ID", n, a.ID)
+		}
+		sum += e.hash
+	}
+	if sum != h.digest {
+		return fmt.Errorf("history digest %x, records sum to %x", h.digest, sum)
+	}
+	return nil
 }
 
 // EachHistory calls f for every ended allocation, oldest first, until f
-// returns false. f sees the state's own value: it must not keep or change
-// it (Allocation.Clone gives a copy to keep). It copies nothing, so a
-// reader can filter a large history cheaply under the read lock.
+// returns false. Each is decoded from the history's record for the call:
+// f may keep it. A reader can filter a large history under the read
+// lock without copying what it does not keep.
 func (s *State) EachHistory(f func(*Allocation) bool) { s.history.each(f) }
 
 // History returns ended allocations, oldest first.
 func (s *State) History() []*Allocation {
 	out := make([]*Allocation, 0, s.history.len())
 	s.history.each(func(a *Allocation) bool {
-		out = append(out, a.clone())
+		out = append(out, a)
 		return true
 	})
 	return out

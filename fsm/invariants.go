@@ -10,9 +10,19 @@ import (
 // active allocation's devices exist, are on its host, are not offline and
 // list it back, the queue holds exactly the pending allocations, and the
 // derived index agrees with the devices, and the snapshot records kept
-// for hosts and devices are their current encodings. It returns the
-// first violation.
+// for hosts and devices are their current encodings, and the history's
+// records, entries, index and digest agree (history.check). It returns
+// the first violation.
 func (s *State) CheckInvariants() error {
+	if err := s.checkLive(); err != nil {
+		return err
+	}
+	return s.history.check()
+}
+
+// checkLive is CheckInvariants but for the history, which a restore
+// checks record by record as it files them.
+func (s *State) checkLive() error {
 	for _, id := range sortedKeys(s.devices) {
 		d := s.devices[id]
 		h := s.hosts[d.Host]

@@ -20,13 +20,16 @@ func (s *State) HistoryLen() int { return s.history.len() }
 // BenchmarkMemory (BENCHMARKS.md, "Memory"): GPU hosts with a label and
 // an address, single-GPU requests. Labels, long IDs and multi-device
 // claims cost more.
-// Measured: 1,463 B/host, 733 B/device, 885 B/live allocation, 1,011 B
-// per history record (linux/amd64, Go 1.26); rounded up here.
+// Measured: 1,463 B/host, 733 B/device, 885 B/live allocation (linux/amd64,
+// Go 1.26); 746 B per history record since the history keeps records as
+// bytes (history.go), of which some 250 are the record, its entry and its
+// index slot, the rest the statistics' share and the request IDs the
+// benchmark's commands leave in the request cache; rounded up here.
 const (
 	BytesPerHost           = 1500
 	BytesPerDevice         = 750
 	BytesPerLiveAllocation = 900
-	BytesPerHistoryRecord  = 1050
+	BytesPerHistoryRecord  = 750
 )
 
 // EstimatedBytes estimates the heap the state takes from its counts and

@@ -125,7 +125,9 @@ func (e *enc) request(r *Request) {
 	e.strMap(r.Labels.Forbidden)
 }
 
-func (e *enc) alloc(a *Allocation) {
+// alloc appends a's record and returns where in e.b its first device ID
+// starts (0 when it has no devices).
+func (e *enc) alloc(a *Allocation) (dev int) {
 	e.str(a.ID)
 	e.str(a.RequestID)
 	e.str(a.Namespace)
@@ -134,6 +136,9 @@ func (e *enc) alloc(a *Allocation) {
 	e.str(string(a.Policy))
 	e.str(a.Host)
 	e.uvarint(uint64(len(a.Devices)))
+	if len(a.Devices) > 0 {
+		dev = len(e.b)
+	}
 	for _, as := range a.Devices {
 		e.str(as.DeviceID)
 		e.int(as.Claim)
@@ -151,6 +156,7 @@ func (e *enc) alloc(a *Allocation) {
 	e.strs(a.Preempted)
 	e.str(a.Reason)
 	e.whyNot(a.WhyNot)
+	return dev
 }
 
 func (e *enc) whyNot(w *WhyNot) {
@@ -204,6 +210,9 @@ type dec struct {
 	// devs, when set, are the devices of the state being restored:
 	// a device ID they hold is interned as the device's own.
 	devs map[string]*Device
+	// devLeft is what alloc left of b where the first device ID starts
+	// (0 when the allocation has none).
+	devLeft int
 }
 
 // interner is what the records one decoder decodes share, so that what
@@ -213,9 +222,16 @@ type dec struct {
 // request arrives), so allocations may share them.
 type interner struct {
 	syms   map[string]string
-	claims map[string][]Claim
+	claims map[string]sharedClaims
+	// last is the claims shared last: a record that goes on with their
+	// encoding has them, and they are not decoded again (lastClaims).
+	last sharedClaims
 	// scratch is where claims are decoded before they are looked up.
 	scratch []Claim
+	// recent holds syms by a hash of their bytes, in front of syms: the
+	// few strings that most records repeat are found in a table that
+	// stays in the processor's cache, whatever syms holds.
+	recent [256]string
 }
 
 // Bounds on what an interner holds.
@@ -225,7 +241,14 @@ const (
 )
 
 func newInterner() *interner {
-	return &interner{syms: map[string]string{}, claims: map[string][]Claim{}}
+	return &interner{syms: map[string]string{}, claims: map[string]sharedClaims{}}
+}
+
+// sharedClaims is a request's claims that records share, and their
+// encoding.
+type sharedClaims struct {
+	enc    string
+	claims []Claim
 }
 
 func (d *dec) fail() {
@@ -283,13 +306,14 @@ func (d *dec) raw() []byte {
 
 func (d *dec) str() string { return string(d.raw()) }
 
-// devID is sym for a device ID.
+// devID is str for a device ID, or the ID of the device of devs it
+// names.
 func (d *dec) devID() string {
 	if v := d.devs[string(d.peekRaw())]; v != nil {
 		d.raw()
 		return v.ID
 	}
-	return d.sym()
+	return d.str()
 }
 
 // peekRaw is what raw would return, without taking it (nil when it would
@@ -311,13 +335,22 @@ func (d *dec) sym() string {
 	if d.in == nil {
 		return string(b)
 	}
-	if s, ok := d.in.syms[string(b)]; ok {
-		return s
+	x := uint8(len(b))
+	for _, c := range b {
+		x = x*31 + c
 	}
-	s := string(b)
-	if len(d.in.syms) < maxSyms {
-		d.in.syms[s] = s
+	recent := &d.in.recent[x]
+	if *recent == string(b) {
+		return *recent
 	}
+	s, ok := d.in.syms[string(b)]
+	if !ok {
+		s = string(b)
+		if len(d.in.syms) < maxSyms {
+			d.in.syms[s] = s
+		}
+	}
+	*recent = s
 	return s
 }
 
@@ -423,25 +456,8 @@ func (d *dec) device() *Device {
 }
 
 func (d *dec) request(r *Request) {
-	start := d.b
-	if n := d.count(); n > 0 {
-		var claims []Claim
-		if d.in != nil {
-			claims = slices.Grow(d.in.scratch[:0], n)[:n]
-			d.in.scratch = claims
-		} else {
-			claims = make([]Claim, n)
-		}
-		for i := range claims {
-			c := &claims[i]
-			c.Type = DeviceType(d.sym())
-			c.Count = d.int()
-			c.Pool = d.sym()
-			c.Capabilities.Resources = d.res()
-			c.Capabilities.Custom = d.strMap()
-			c.Amount = d.res()
-		}
-		r.Claims = d.shareClaims(start[:len(start)-len(d.b)], claims)
+	if !d.lastClaims(r) {
+		d.claims(r)
 	}
 	r.Priority = d.int()
 	r.Timeout = time.Duration(d.varint())
@@ -452,6 +468,47 @@ func (d *dec) request(r *Request) {
 	r.Labels.Forbidden = d.strMap()
 }
 
+// claims decodes a request's claims.
+func (d *dec) claims(r *Request) {
+	start := d.b
+	n := d.count()
+	if n == 0 {
+		return
+	}
+	var claims []Claim
+	if d.in != nil {
+		claims = slices.Grow(d.in.scratch[:0], n)[:n]
+		d.in.scratch = claims
+	} else {
+		claims = make([]Claim, n)
+	}
+	for i := range claims {
+		c := &claims[i]
+		c.Type = DeviceType(d.sym())
+		c.Count = d.int()
+		c.Pool = d.sym()
+		c.Capabilities.Resources = d.res()
+		c.Capabilities.Custom = d.strMap()
+		c.Amount = d.res()
+	}
+	r.Claims = d.shareClaims(start[:len(start)-len(d.b)], claims)
+}
+
+// lastClaims takes the claims the interner shared last, when the record
+// goes on with their encoding: the same bytes decode to the same claims,
+// whose encoding delimits itself.
+func (d *dec) lastClaims(r *Request) bool {
+	if d.in == nil {
+		return false
+	}
+	enc := d.in.last.enc
+	if enc == "" || len(d.b) < len(enc) || string(d.b[:len(enc)]) != enc {
+		return false
+	}
+	r.Claims, d.b = d.in.last.claims, d.b[len(enc):]
+	return true
+}
+
 // shareClaims returns claims decoded from enc, in the interner's scratch,
 // as the claims of an earlier request of the same encoding or as a copy
 // of their own (claims itself without an interner).
@@ -459,18 +516,25 @@ func (d *dec) shareClaims(enc []byte, claims []Claim) []Claim {
 	if d.in == nil || d.err != nil {
 		return claims
 	}
-	if c, ok := d.in.claims[string(enc)]; ok {
-		return c
+	c, ok := d.in.claims[string(enc)]
+	if !ok {
+		c = sharedClaims{enc: string(enc), claims: slices.Clone(claims)}
+		if len(d.in.claims) < maxClaims {
+			d.in.claims[c.enc] = c
+		}
 	}
-	c := slices.Clone(claims)
-	if len(d.in.claims) < maxClaims {
-		d.in.claims[string(enc)] = c
-	}
-	return c
+	d.in.last = c
+	return c.claims
 }
 
 func (d *dec) alloc() *Allocation {
 	a := &Allocation{}
+	d.allocInto(a)
+	return a
+}
+
+// allocInto decodes an allocation into a, which must be zero.
+func (d *dec) allocInto(a *Allocation) {
 	a.ID = d.str()
 	a.RequestID = d.str()
 	a.Namespace = d.sym()
@@ -478,7 +542,9 @@ func (d *dec) alloc() *Allocation {
 	a.Status = AllocStatus(d.sym())
 	a.Policy = Policy(d.sym())
 	a.Host = d.sym()
+	d.devLeft = 0
 	if n := d.count(); n > 0 {
+		d.devLeft = len(d.b)
 		a.Devices = make([]Assignment, n)
 		for i := range a.Devices {
 			as := &a.Devices[i]
@@ -499,7 +565,6 @@ func (d *dec) alloc() *Allocation {
 	a.Preempted = d.strList()
 	a.Reason = d.sym()
 	a.WhyNot = d.whyNot()
-	return a
 }
 
 func (d *dec) whyNot() *WhyNot {

@@ -95,20 +95,20 @@ func (s *State) snapshotConfig() snapshotConfig {
 // SnapshotView is a snapshot captured from a state at one moment: the
 // parts that change in place already encoded, the remembered requests
 // as a copy and the history (whose records never change) as a view of its
-// list. It is written
+// entries and the chunks that hold its records. It is written
 // later, without the state's lock: commands applied meanwhile do not
 // change what it writes.
 type SnapshotView struct {
 	head     [][]byte
 	requests []cacheEntry
-	history  []histEntry
+	history  histView
 }
 
 // CaptureSnapshot captures the state for a later WriteTo. Its cost is
 // listing the kept records of the hosts, devices and live allocations
 // (encoding those that changed, snapcache.go) and copying the list of
-// requests; the history's list is shared, not copied (history.view),
-// and encoded by WriteTo.
+// requests; the history's entries and records are shared, not copied
+// (history.view), and written by WriteTo as they are.
 func (s *State) CaptureSnapshot() (*SnapshotView, error) {
 	head, err := s.encodeHead()
 	if err != nil {
@@ -126,21 +126,19 @@ func (v *SnapshotView) WriteTo(w io.Writer) (int64, error) {
 	}
 	var rec enc
 	var n [binary.MaxVarintLen64]byte
-	record := func() {
-		bw.Write(binary.AppendUvarint(n[:0], uint64(len(rec.b))))
-		bw.Write(rec.b)
+	record := func(b []byte) {
+		bw.Write(binary.AppendUvarint(n[:0], uint64(len(b))))
+		bw.Write(b)
 	}
 	bw.Write(binary.AppendUvarint(n[:0], uint64(len(v.requests))))
 	for i := range v.requests {
 		rec.b = rec.b[:0]
 		rec.cacheEntry(&v.requests[i])
-		record()
+		record(rec.b)
 	}
-	bw.Write(binary.AppendUvarint(n[:0], uint64(len(v.history))))
-	for _, e := range v.history {
-		rec.b = rec.b[:0]
-		rec.alloc(e.a)
-		record()
+	bw.Write(binary.AppendUvarint(n[:0], uint64(len(v.history.list))))
+	for _, e := range v.history.list {
+		record(v.history.record(e))
 	}
 	err := bw.Flush() // a failed write sticks: Flush reports it
 	return cw.n, err
@@ -257,7 +255,7 @@ func restoreV1(r io.Reader) (*State, error) {
 		if a == nil {
 			return nil, errf(ErrSnapshot, "bad history entry")
 		}
-		if err := s.restoreHistory(histRecord{a: a, sum: s.history.hash(a), pool: s.statsPool(a)}); err != nil {
+		if err := s.restoreHistory(histRecord{a: *a, pool: s.statsPool(a), live: s.allocs[a.ID] != nil}); err != nil {
 			return nil, err
 		}
 	}
@@ -278,11 +276,17 @@ type snapReader struct {
 }
 
 func newSnapReader(r *bufio.Reader) *snapReader {
-	sr := &snapReader{r: r, in: make([]*interner, sectionDecoders())}
+	sr := &snapReader{r: r}
+	sr.newInterners()
+	return sr
+}
+
+// newInterners gives each decoder an empty interner.
+func (sr *snapReader) newInterners() {
+	sr.in = make([]*interner, sectionDecoders())
 	for i := range sr.in {
 		sr.in[i] = newInterner()
 	}
-	return sr
 }
 
 // sectionDecoders is how many goroutines decode a section's records side
@@ -468,12 +472,17 @@ func readSection[T any](sr *snapReader, what string, count func(uint64), decode 
 	return nil
 }
 
-// histRecord is a history record decoded, the hash of its encoding
-// (history.addHashed) and its statsPool.
+// histRecord is a history record decoded, its statsPool and, when it was
+// read as a record, its bytes (raw, only until it is filed), their hash
+// and where its first device ID starts (history.addRecord).
 type histRecord struct {
-	a    *Allocation
-	sum  uint64
+	a    Allocation
 	pool string
+	raw  []byte
+	sum  uint64
+	dev  int
+	// live is set when a live allocation has its ID.
+	live bool
 }
 
 // newRestored is a state to restore into: its statistics gather the
@@ -529,12 +538,25 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := readSection(sr, "request", nil, (*dec).cacheEntry, putRequest); err != nil {
 		return nil, err
 	}
-	// A history record hashes as it was read: what decodes whole is
-	// the one encoding of what it decoded to (snapcodec.go).
-	// Its statsPool is found by the decoder too.
+	// A history record is kept as its bytes: what it decodes to is
+	// scratch, whose strings need not be shared with the state's. So its
+	// device IDs are not looked up among the devices, and what it repeats
+	// is interned in tables of its own, small, not among the hosts' and
+	// devices' IDs.
+	sr.devs = nil
+	sr.newInterners()
+	// A history record is kept and hashed as it was read: what decodes
+	// whole is the one encoding of what it decoded to (snapcodec.go).
+	// Its hash, its statsPool and whether a live allocation has its ID
+	// (the live allocations are all in) are found by the decoder too.
 	decodeHistory := func(d *dec) histRecord {
-		r := histRecord{sum: recordHash(d.b), a: d.alloc()}
-		r.pool = s.statsPool(r.a)
+		r := histRecord{raw: d.b, sum: recordHash(d.b)}
+		d.allocInto(&r.a)
+		if d.devLeft > 0 {
+			r.dev = len(r.raw) - d.devLeft
+		}
+		r.pool = s.statsPool(&r.a)
+		r.live = s.allocs[r.a.ID] != nil
 		return r
 	}
 	// The history's list and index are made to size as the records
@@ -687,33 +709,38 @@ func (s *State) restoreLive(a *Allocation) error {
 	return nil
 }
 
-// restoreHistory files an ended allocation, r.sum the hash of its record
-// as read.
+// restoreHistory files an ended allocation: its record as read (r.raw),
+// or encoded afresh when there is none or it changed.
 func (s *State) restoreHistory(r histRecord) error {
-	a := r.a
-	if a.Status.Live() || s.lookup(a.ID) != nil {
+	a := &r.a
+	if a.Status.Live() || r.live || s.history.has(a.ID) {
 		return errf(ErrSnapshot, "bad history entry")
 	}
 	if a.Namespace == "" {
 		a.Namespace = DefaultNamespace
-		r.sum = s.history.hash(a) // another record than the one read
+		r.raw = nil // another record than the one read
 	}
 	if !ValidNamespace(a.Namespace) {
 		return errf(ErrSnapshot, "allocation %s: namespace %q is not a valid name", a.ID, a.Namespace)
 	}
-	s.history.addHashed(a, r.sum)
+	if r.raw == nil {
+		s.history.add(a)
+	} else {
+		s.history.addRecord(r.raw, r.sum, r.dev, a)
+	}
 	s.gatherHistory(a, r.pool)
 	return nil
 }
 
 // restoreFinish rebuilds the derived state once everything is in, and
-// checks that it holds together.
+// checks that it holds together (checkLive: the history was checked
+// record by record as restoreHistory filed it).
 func (s *State) restoreFinish() (*State, error) {
 	for _, id := range sortedKeys(s.devices) {
 		s.reindex(s.devices[id])
 	}
 	s.settleStatsAgg()
-	if err := s.CheckInvariants(); err != nil {
+	if err := s.checkLive(); err != nil {
 		return nil, errf(ErrSnapshot, "%v", err)
 	}
 	return s, nil

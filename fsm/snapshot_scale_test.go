@@ -185,10 +185,12 @@ func TestRestoreRSSChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	start, c0 := time.Now(), processCPU()
 	s, err := Restore(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	fmt.Printf("restore-time wall %v cpu %v\n", time.Since(start), processCPU()-c0)
 	runtime.GC()
 	rss, peak := procStatus("VmRSS:"), procStatus("VmHWM:")
 	runtime.KeepAlive(s)

@@ -527,10 +527,12 @@ type aggKey struct {
 	ns   string
 }
 
-// devAllocs lists the allocations whose first device is one device, some
-// of them perhaps dropped from the history since (dead counts them).
+// devAllocs lists the allocations whose first device is one device: the
+// live ones, and the history's by record number, some of them perhaps
+// dropped since (dead counts them).
 type devAllocs struct {
-	list []*Allocation
+	live []*Allocation
+	hist []uint64
 	dead int
 }
 
@@ -751,24 +753,25 @@ func (b *allocAgg) trees(a *Allocation, sign int, gather bool) {
 	}
 }
 
+// firstDevList is the list of the allocations whose first device is
+// id, made when there is none.
+func (g *statsAgg) firstDevList(id string) *devAllocs {
+	l := g.byFirstDev[id]
+	if l == nil {
+		l = &devAllocs{}
+		g.byFirstDev[id] = l
+	}
+	return l
+}
+
 // aggAddFirstDev files a placed allocation under its first device (once
 // the lists are built).
 func (s *State) aggAddFirstDev(a *Allocation) {
 	if len(a.Devices) == 0 || s.agg.byFirstDev == nil {
 		return
 	}
-	id := a.Devices[0].DeviceID
-	l := s.agg.byFirstDev[id]
-	if l == nil {
-		l = &devAllocs{}
-		s.agg.byFirstDev[id] = l
-	}
-	l.list = append(l.list, a)
-}
-
-// counted reports whether a is counted in the statistics now.
-func (s *State) counted(a *Allocation) bool {
-	return s.allocs[a.ID] == a || s.history.get(a.ID) == a
+	l := s.agg.firstDevList(a.Devices[0].DeviceID)
+	l.live = append(l.live, a)
 }
 
 // aggDropped is called when the history drops a.
@@ -781,22 +784,28 @@ func (s *State) aggDropped(a *Allocation) {
 	id := a.Devices[0].DeviceID
 	l := s.agg.byFirstDev[id]
 	l.dead++
-	if l.dead*2 > len(l.list) {
+	if l.dead*2 > len(l.hist) {
 		s.compactFirstDev(id, l)
 	}
 }
 
+// compactFirstDev keeps of a list's records those still in the history.
 func (s *State) compactFirstDev(id string, l *devAllocs) {
-	keep := l.list[:0]
-	for _, a := range l.list {
-		if s.counted(a) {
-			keep = append(keep, a)
-		}
-	}
-	clear(l.list[len(keep):])
-	l.list, l.dead = keep, 0
-	if len(keep) == 0 {
+	l.hist = slices.DeleteFunc(l.hist, func(n uint64) bool { return !s.history.kept(n) })
+	l.dead = 0
+	if len(l.live)+len(l.hist) == 0 {
 		delete(s.agg.byFirstDev, id)
+	}
+}
+
+// firstDevCount adds (sign 1) or removes (-1) the allocations of a list
+// to or from their buckets, the history's decoded for it.
+func (s *State) firstDevCount(l *devAllocs, sign int) {
+	for _, a := range l.live {
+		s.aggCount(a, sign)
+	}
+	for _, n := range l.hist {
+		s.aggCount(s.history.at(n), sign)
 	}
 }
 
@@ -810,9 +819,12 @@ func (s *State) aggDeviceChanging(id string) {
 	}
 	if s.agg.byFirstDev == nil {
 		s.agg.byFirstDev = map[string]*devAllocs{}
-		s.history.each(func(a *Allocation) bool {
-			s.aggAddFirstDev(a)
-			return true
+		s.history.eachFirstDevice(func(n uint64, dev []byte) {
+			l := s.agg.byFirstDev[string(dev)]
+			if l == nil {
+				l = s.agg.firstDevList(string(dev))
+			}
+			l.hist = append(l.hist, n)
 		})
 		for _, a := range s.allocs { // filing only: lists are order-free
 			s.aggAddFirstDev(a)
@@ -820,9 +832,7 @@ func (s *State) aggDeviceChanging(id string) {
 	}
 	if l := s.agg.byFirstDev[id]; l != nil {
 		s.compactFirstDev(id, l)
-		for _, a := range l.list {
-			s.aggCount(a, -1)
-		}
+		s.firstDevCount(l, -1)
 	}
 }
 
@@ -832,9 +842,7 @@ func (s *State) aggDeviceChanged(id string) {
 		s.agg.flakyFile(d, 1)
 	}
 	if l := s.agg.byFirstDev[id]; l != nil {
-		for _, a := range l.list {
-			s.aggCount(a, 1)
-		}
+		s.firstDevCount(l, 1)
 	}
 }
 
@@ -877,11 +885,18 @@ func (s *State) aggLiveLeave(a *Allocation) {
 	}
 }
 
-// aggEnded counts an allocation that ended (it has entered the history).
-// An active one is already filed under its first device.
+// aggEnded counts an allocation that ended, the history's last record:
+// one filed under its first device as live is filed again by its record.
 func (s *State) aggEnded(a *Allocation) {
 	s.aggCount(a, 1)
 	s.countLost(a, 1)
+	if len(a.Devices) > 0 && s.agg.byFirstDev != nil {
+		l := s.agg.firstDevList(a.Devices[0].DeviceID)
+		if i := slices.Index(l.live, a); i >= 0 {
+			l.live = slices.Delete(l.live, i, i+1)
+		}
+		l.hist = append(l.hist, s.history.last())
+	}
 }
 
 // gatherHistory counts a history entry of a state being restored
