@@ -142,7 +142,8 @@ Options:
 
   -cpuprofile=<file>, -memprofile=<file>
       Write a CPU profile of this process's whole run, and a heap profile
-      when it stops.`)
+      when it stops; with -memprofile, each SIGUSR1 also writes one, to
+      <file>.1, <file>.2, ... (not on Windows).`)
 }
 
 // simHostsFlags are the settings of one run.
@@ -266,6 +267,9 @@ func (c *simHostsCommand) Run(args []string) int {
 			return exitError
 		}
 		defer stopProfile()
+	}
+	if f.memProf != "" {
+		heapProfilesOnSignal(ctx, f.memProf, f.cfg.Logger)
 	}
 	began := time.Now()
 	sim, err := hostsim.Start(ctx, f.cfg)
