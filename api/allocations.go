@@ -127,10 +127,10 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 }
 
 // allocationPage answers one page of the live and/or ended allocations
-// that match the query's filter. It filters under the read lock copies
-// of the live allocations and the history's, each decoded for the read;
-// what it keeps is cut to the page's window as it grows, so a long
-// history costs no more memory than a few pages.
+// that match the query's filter. Under the read lock it filters copies:
+// of the live allocations, and of the history's records, each decoded
+// for the read. What it keeps is cut to the page's window as it grows,
+// so a long history costs no more memory than a few pages.
 func (s *Server) allocationPage(w http.ResponseWriter, r *http.Request, live, history bool) error {
 	q := r.URL.Query()
 	f, err := parseAllocFilter(q)
