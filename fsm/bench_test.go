@@ -346,12 +346,18 @@ func benchHistoryState(b *testing.B, hosts, history int) *harness {
 // arrives.
 func (s *State) rebuildStatsAgg() {
 	s.agg = newStatsAgg()
-	s.agg.gathering = true
+	for _, d := range s.devices { // counting only
+		s.agg.countDevice(d, 1)
+	}
+	g := newStatsGather()
+	for _, id := range sortedKeys(s.allocs) {
+		s.gatherLive(g, s.allocs[id])
+	}
 	s.history.each(func(a *Allocation) bool {
-		s.gatherHistory(a, s.statsPool(a))
+		g.add(a, s.statsPool(a))
 		return true
 	})
-	s.settleStatsAgg()
+	s.agg.settle([]*statsGather{g}, s.devices)
 }
 
 // statsScaleStates keeps the states BenchmarkStatsScale built, so that

@@ -3,8 +3,6 @@ package fsm
 import (
 	"fmt"
 	"hash/crc64"
-	"hash/maphash"
-	"maps"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -48,14 +46,10 @@ type history struct {
 	list  []histEntry
 	head  int
 	first uint64
-	// byHash finds a record number by a hash of its allocation's ID, the
-	// ID read from the record deciding; collided holds the records whose
-	// ID hashed as one already held when they came.
-	byHash   map[uint64]uint64
-	collided map[string]uint64
-	seed     maphash.Seed
-	digest   uint64
-	rec      enc // reused to encode a record
+	// idx finds a record number by its allocation's ID.
+	idx    histIndex
+	digest uint64
+	rec    enc // reused to encode a record
 	// shared is set while the arrays of list and chunks may be read by a
 	// snapshot being written (view): trim then leaves the chunks array's
 	// elements alone, and moves both to new arrays soon, so that the
@@ -90,20 +84,35 @@ const (
 	histChunkMax = 1 << 20
 )
 
-func newHistory() *history {
-	return &history{byHash: map[uint64]uint64{}, collided: map[string]uint64{}, seed: maphash.MakeSeed()}
-}
+func newHistory() *history { return &history{idx: newHistIndex()} }
 
-// add adds a, encoding it.
-func (h *history) add(a *Allocation) {
+// add adds a, encoding it, unless the history holds its ID already (an
+// ended allocation enters it once: only a restore can offer one twice);
+// it then adds nothing and returns false.
+func (h *history) add(a *Allocation) bool {
 	h.rec.b = h.rec.b[:0]
 	dev := h.rec.alloc(a)
-	h.addRecord(h.rec.b, recordHash(h.rec.b), dev, a)
+	return h.addRecord(h.rec.b, recordHash(h.rec.b), dev, a)
 }
 
-// addRecord adds a, whose record is b (copied), hashing to sum
+// addRecord is add for a, whose record is b (copied), hashing to sum
 // (recordHash), its first device ID starting at dev.
-func (h *history) addRecord(b []byte, sum uint64, dev int, a *Allocation) {
+func (h *history) addRecord(b []byte, sum uint64, dev int, a *Allocation) bool {
+	if h.has(a.ID) {
+		return false
+	}
+	h.idx.add(a.ID, h.next(), h.first)
+	h.file(b, sum, dev, a.EndedAt)
+	return true
+}
+
+// next is the number the next record will have.
+func (h *history) next() uint64 { return h.first + uint64(h.len()) }
+
+// file adds record b (copied), hashing to sum, its first device ID
+// starting at dev, of an allocation that ended at endedAt, to the
+// records, the entries and the digest; not to the index.
+func (h *history) file(b []byte, sum uint64, dev int, endedAt int64) {
 	if len(h.chunks) == 0 || len(b) > len(h.chunks[len(h.chunks)-1])-h.used {
 		size := histChunkMin
 		if len(h.chunks) > 0 {
@@ -113,29 +122,28 @@ func (h *history) addRecord(b []byte, sum uint64, dev int, a *Allocation) {
 		h.used = 0
 	}
 	copy(h.chunks[len(h.chunks)-1][h.used:], b)
-	n := h.first + uint64(h.len())
 	h.list = append(h.list, histEntry{
 		chunk: h.chunk0 + uint32(len(h.chunks)-1), off: uint32(h.used), n: uint32(len(b)),
-		dev: uint32(dev), hash: sum, endedAt: a.EndedAt,
+		dev: uint32(dev), hash: sum, endedAt: endedAt,
 	})
 	h.used += len(b)
-	k := maphash.String(h.seed, a.ID)
-	if _, taken := h.byHash[k]; taken {
-		h.collided[a.ID] = n
-	} else {
-		h.byHash[k] = n
-	}
 	h.digest += sum
 }
 
+// indexFiled indexes the records filed (file) into a history whose index
+// holds nothing yet, their IDs hashing to hashes (histIndex.hash), in
+// order. It returns the number of the first record whose ID one before
+// it has (ok false: none): those from it on are left out of the index.
+func (h *history) indexFiled(hashes []uint64) (dup uint64, ok bool) {
+	return h.idx.build(hashes, h.first, h.idAt)
+}
+
+// idAt is the allocation ID record number n (kept) starts with.
+func (h *history) idAt(n uint64) []byte { return idOf(h.record(h.entry(n))) }
+
 // reserve makes room for n entries more, for a restore that knows how
 // many may follow.
-func (h *history) reserve(n int) {
-	h.list = slices.Grow(h.list, n)
-	byHash := make(map[uint64]uint64, len(h.byHash)+n)
-	maps.Copy(byHash, h.byHash)
-	h.byHash = byHash
-}
+func (h *history) reserve(n int) { h.list = slices.Grow(h.list, n) }
 
 // recordHash hashes an encoded record: CRC-64 with its bits mixed
 // (SplitMix64's finalizer), so that sums of hashes of different records
@@ -181,13 +189,7 @@ func (h *history) kept(n uint64) bool { return n >= h.first }
 func (h *history) last() uint64 { return h.first + uint64(h.len()) - 1 }
 
 // find returns the record number of allocation id.
-func (h *history) find(id string) (uint64, bool) {
-	if n, ok := h.byHash[maphash.String(h.seed, id)]; ok && string(idOf(h.record(h.entry(n)))) == id {
-		return n, true
-	}
-	n, ok := h.collided[id]
-	return n, ok
-}
+func (h *history) find(id string) (uint64, bool) { return h.idx.find(id, h.first, h.idAt) }
 
 // has reports whether the history holds allocation id.
 func (h *history) has(id string) bool {
@@ -240,14 +242,10 @@ func (h *history) trim(now int64, r Retention, dropped func(*Allocation)) {
 			break
 		}
 		a := h.decode(e)
-		if _, ok := h.collided[a.ID]; ok {
-			delete(h.collided, a.ID)
-		} else {
-			delete(h.byHash, maphash.String(h.seed, a.ID))
-		}
 		h.digest -= e.hash
 		h.head++
 		h.first++
+		h.idx.remove(a.ID, h.first-1, h.first)
 		dropped(a)
 	}
 	// The chunks before the oldest record's go; the last stays, to take
@@ -294,8 +292,8 @@ func (h *history) view() histView {
 // EndedAt and first device are its own, and the digest is the sum of the
 // hashes.
 func (h *history) check() error {
-	if len(h.byHash)+len(h.collided) != h.len() {
-		return fmt.Errorf("history: %d records but %d indexed", h.len(), len(h.byHash)+len(h.collided))
+	if h.idx.len() != h.len() || !h.idx.check(h.first) {
+		return fmt.Errorf("history: %d records but %d indexed (%d stale, %d recent, %d collided), or the index is out of order", h.len(), h.idx.len(), h.idx.stale, len(h.idx.recent), len(h.idx.collided))
 	}
 	var sum uint64
 	for i, e := range h.list[h.head:] {

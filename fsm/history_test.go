@@ -3,8 +3,9 @@ package fsm
 import (
 	"bytes"
 	"fmt"
-	"hash/maphash"
+	"hash/crc64"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -77,32 +78,102 @@ func TestHistoryRecords(t *testing.T) {
 	}
 }
 
-// TestHistoryCollision gives two IDs one index slot, as a hash collision
-// would, and checks that both are found and trimmed.
-func TestHistoryCollision(t *testing.T) {
+// TestHistoryIndexCollisions adds and trims records at random under a
+// hash of the IDs that collides often (64 values), through the index's
+// merges and compactions, and checks after each step that what is kept
+// is found, at its number, and what was trimmed is not.
+func TestHistoryIndexCollisions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
 	h := newHistory()
-	h.add(histAlloc("x1", 1, false))
-	// x2's slot is taken by x1's record when x2 comes.
-	fake := maphash.String(h.seed, "x2")
-	h.byHash[fake] = h.byHash[maphash.String(h.seed, "x1")]
-	h.add(histAlloc("x2", 2, false))
-	delete(h.byHash, fake)
-	if len(h.collided) != 1 {
-		t.Fatalf("collided holds %d, want x2", len(h.collided))
+	h.idx.hash = func(id string) uint64 { return uint64(crc64.Checksum([]byte(id), crcTable) % 64) }
+	numbers := map[string]uint64{}
+	next, dropped := 0, 0
+	total := 6 * histMergeMin
+	merged, stale := false, false
+	for next < total {
+		for range 1 + rng.IntN(200) {
+			id := fmt.Sprintf("c%06d", next)
+			numbers[id] = h.next()
+			if !h.add(histAlloc(id, int64(next), next%5 == 0)) {
+				t.Fatalf("%s refused", id)
+			}
+			next++
+		}
+		if rng.IntN(4) == 0 {
+			h.trim(int64(next), Retention{MaxCount: histMergeMin + rng.IntN(2*histMergeMin), MaxAge: 1 << 40}, func(a *Allocation) {
+				delete(numbers, a.ID)
+				dropped++
+			})
+		}
+		for range 20 {
+			id := fmt.Sprintf("c%06d", rng.IntN(next))
+			n, ok := h.find(id)
+			if want, kept := numbers[id]; ok != kept || ok && n != want {
+				t.Fatalf("find(%s) = %d, %t; want %d, %t", id, n, ok, want, kept)
+			}
+		}
+		if h.add(histAlloc(fmt.Sprintf("c%06d", next-1), 0, true)) {
+			t.Fatalf("the last ID added again")
+		}
+		merged = merged || len(h.idx.sorted) > 0
+		stale = stale || h.idx.stale > 0
+	}
+	if dropped == 0 || !merged || !stale {
+		t.Fatalf("the test trimmed %d, merged %t, left stale entries %t: it must do all three", dropped, merged, stale)
 	}
 	if err := h.check(); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"x1", "x2"} {
-		if a := h.get(id); a == nil || a.ID != id {
-			t.Fatalf("%s not found: %+v", id, a)
+	for id, want := range numbers {
+		if n, ok := h.find(id); !ok || n != want {
+			t.Fatalf("find(%s) = %d, %t; want %d", id, n, ok, want)
 		}
 	}
-	h.trim(3, Retention{MaxCount: 0, MaxAge: 1 << 40}, func(*Allocation) {})
-	if h.len() != 0 || len(h.byHash)+len(h.collided) != 0 || h.get("x2") != nil {
-		t.Fatalf("trimmed history keeps %d records, %d index entries", h.len(), len(h.byHash)+len(h.collided))
-	}
-	if err := h.check(); err != nil {
-		t.Fatal(err)
+}
+
+// TestHistoryIndexBuild files records as a restore does, their IDs all
+// hashing alike, and checks that the first record whose ID came before
+// is the one reported, that the records before it are found at their
+// numbers, and that those from it on are left out.
+func TestHistoryIndexBuild(t *testing.T) {
+	for _, repeatAt := range []int{-1, 1, 7, 299} {
+		h := newHistory()
+		h.idx.hash = func(string) uint64 { return 42 }
+		var hashes []uint64
+		var enc enc
+		ids := make([]string, 300)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("b%03d", i)
+			if i == repeatAt || i == 250 && repeatAt >= 0 {
+				ids[i] = ids[i/2] // 250 repeats too
+			}
+			enc.b = enc.b[:0]
+			a := histAlloc(ids[i], int64(i), false)
+			dev := enc.alloc(a)
+			h.file(enc.b, recordHash(enc.b), dev, a.EndedAt)
+			hashes = append(hashes, h.idx.hash(ids[i]))
+		}
+		dup, ok := h.indexFiled(hashes)
+		first := len(ids)
+		if repeatAt >= 0 {
+			first = min(repeatAt, 250)
+		}
+		if ok != (repeatAt >= 0) || ok && dup != uint64(first) {
+			t.Fatalf("repeat at %d: dup %d, %t; want %d", repeatAt, dup, ok, first)
+		}
+		for i, id := range ids {
+			n, found := h.find(id)
+			if i < first && (!found || n != uint64(slices.Index(ids, id))) {
+				t.Fatalf("repeat at %d: find(%s) = %d, %t; want %d", repeatAt, id, n, found, i)
+			}
+			if i >= first && found && n >= uint64(first) {
+				t.Fatalf("repeat at %d: record %d of %s indexed", repeatAt, n, id)
+			}
+		}
+		if !ok {
+			if err := h.check(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -1,9 +1,8 @@
 package fsm
 
 import (
-	"fmt"
 	"sort"
-	"strings"
+	"strconv"
 
 	"github.com/google/btree"
 )
@@ -69,17 +68,26 @@ type nextFree struct {
 	ok    bool
 }
 
+// classKey names the class of d: what its devices share, written as
+// fmt wrote it first ("%s|%s|%t|%v|", then each custom value and label
+// as %q=%q, by key). Keys order a type's classes, so a new way of
+// writing them must give the same strings (TestClassKeyAsFmtWroteIt).
 func classKey(d *Device) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%s|%t|%v|", d.Type, d.Pool, d.Shareable, d.Capabilities.vec())
-	for _, k := range sortedKeys(d.Capabilities.Custom) {
-		fmt.Fprintf(&b, "%q=%q,", k, d.Capabilities.Custom[k])
+	b := make([]byte, 0, 96)
+	b = append(append(b, d.Type...), '|')
+	b = append(append(b, d.Pool...), '|')
+	b = append(strconv.AppendBool(b, d.Shareable), '|')
+	b = append(d.Capabilities.vec().appendText(b), '|')
+	quoted := func(m map[string]string) {
+		for _, k := range sortedKeys(m) {
+			b = strconv.AppendQuote(b, k)
+			b = append(strconv.AppendQuote(append(b, '='), m[k]), ',')
+		}
 	}
-	b.WriteByte('|')
-	for _, k := range sortedKeys(d.Labels) {
-		fmt.Fprintf(&b, "%q=%q,", k, d.Labels[k])
-	}
-	return b.String()
+	quoted(d.Capabilities.Custom)
+	b = append(b, '|')
+	quoted(d.Labels)
+	return string(b)
 }
 
 func newClass(key string, d *Device) *class {

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"math"
+	"runtime"
 )
 
 // CheckInvariants verifies that the state holds together: no device is
@@ -23,53 +24,9 @@ func (s *State) CheckInvariants() error {
 // checkLive is CheckInvariants but for the history, which a restore
 // checks record by record as it files them.
 func (s *State) checkLive() error {
-	for _, id := range sortedKeys(s.devices) {
-		d := s.devices[id]
-		h := s.hosts[d.Host]
-		if h == nil {
-			return fmt.Errorf("device %s: unknown host %q", id, d.Host)
-		}
-		if !d.Capabilities.vec().covers(d.Used.vec()) {
-			return fmt.Errorf("device %s: used %+v exceeds capacity %+v", id, d.Used, d.Capabilities.Resources)
-		}
-		if !d.Used.valid() {
-			return fmt.Errorf("device %s: used %+v negative or NaN", id, d.Used)
-		}
-		exclusive := !d.cls.shareable
-		if exclusive && len(d.Allocations) > 1 {
-			return fmt.Errorf("device %s: exclusive with %d allocations", id, len(d.Allocations))
-		}
-		var sum vec
-		for _, aid := range d.Allocations {
-			a := s.allocs[aid]
-			if a == nil || a.Status != Active {
-				return fmt.Errorf("device %s: lists allocation %s that is not active", id, aid)
-			}
-			found := false
-			for _, as := range a.Devices {
-				if as.DeviceID == id {
-					sum = sum.add(as.Amount.vec())
-					found = true
-				}
-			}
-			if !found {
-				return fmt.Errorf("device %s: allocation %s does not hold it", id, aid)
-			}
-		}
-		for i := range sum {
-			if math.Abs(sum[i]-d.Used.vec()[i]) > 1e-6 {
-				return fmt.Errorf("device %s: used %+v but allocations sum to %+v", id, d.Used, sum.resources())
-			}
-		}
-		if len(d.Allocations) > 0 && !h.Up {
-			return fmt.Errorf("device %s: offline with active allocations", id)
-		}
-		if d.indexed != s.hasFree(d) {
-			return fmt.Errorf("device %s: indexed=%t but free=%t", id, d.indexed, s.hasFree(d))
-		}
-		if d.indexed && !d.cls.free.Has(d.ID) {
-			return fmt.Errorf("device %s: missing from its class index", id)
-		}
+	devices := sortedKeys(s.devices)
+	if err := firstError(len(devices), func(i int) error { return s.checkDevice(devices[i]) }); err != nil {
+		return err
 	}
 	for _, key := range sortedKeys(s.idx.classes) {
 		c := s.idx.classes[key]
@@ -145,4 +102,86 @@ func (s *State) checkLive() error {
 		return fmt.Errorf("queue holds %d, %d allocations pending", s.queue.Len(), pending)
 	}
 	return s.checkHeadCache()
+}
+
+// checkDevice checks device id against its host and its allocations and
+// the index.
+func (s *State) checkDevice(id string) error {
+	d := s.devices[id]
+	h := s.hosts[d.Host]
+	if h == nil {
+		return fmt.Errorf("device %s: unknown host %q", id, d.Host)
+	}
+	if !d.Capabilities.vec().covers(d.Used.vec()) {
+		return fmt.Errorf("device %s: used %+v exceeds capacity %+v", id, d.Used, d.Capabilities.Resources)
+	}
+	if !d.Used.valid() {
+		return fmt.Errorf("device %s: used %+v negative or NaN", id, d.Used)
+	}
+	exclusive := !d.cls.shareable
+	if exclusive && len(d.Allocations) > 1 {
+		return fmt.Errorf("device %s: exclusive with %d allocations", id, len(d.Allocations))
+	}
+	var sum vec
+	for _, aid := range d.Allocations {
+		a := s.allocs[aid]
+		if a == nil || a.Status != Active {
+			return fmt.Errorf("device %s: lists allocation %s that is not active", id, aid)
+		}
+		found := false
+		for _, as := range a.Devices {
+			if as.DeviceID == id {
+				sum = sum.add(as.Amount.vec())
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("device %s: allocation %s does not hold it", id, aid)
+		}
+	}
+	for i := range sum {
+		if math.Abs(sum[i]-d.Used.vec()[i]) > 1e-6 {
+			return fmt.Errorf("device %s: used %+v but allocations sum to %+v", id, d.Used, sum.resources())
+		}
+	}
+	if len(d.Allocations) > 0 && !h.Up {
+		return fmt.Errorf("device %s: offline with active allocations", id)
+	}
+	if d.indexed != s.hasFree(d) {
+		return fmt.Errorf("device %s: indexed=%t but free=%t", id, d.indexed, s.hasFree(d))
+	}
+	if d.indexed && !d.cls.free.Has(d.ID) {
+		return fmt.Errorf("device %s: missing from its class index", id)
+	}
+	return nil
+}
+
+// firstError calls check(0) to check(n-1) and returns the error of the
+// least i that fails, nil if none does. A long run is split among up to
+// one goroutine per processor (each stops at its first failure): check
+// must only read.
+func firstError(n int, check func(i int) error) error {
+	parts := min(runtime.GOMAXPROCS(0), n/4096+1)
+	if parts == 1 {
+		for i := range n {
+			if err := check(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, parts)
+	inParallel(parts, func(p int) {
+		for i := p * n / parts; i < (p+1)*n/parts; i++ {
+			if errs[p] = check(i); errs[p] != nil {
+				return
+			}
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,10 +3,12 @@ package fsm
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"io"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -228,7 +230,7 @@ func restoreV1(r io.Reader) (*State, error) {
 	if snap.Version != 1 {
 		return nil, errf(ErrSnapshot, "version %d, this build reads 1 and %d", snap.Version, SnapshotVersion)
 	}
-	s := newRestored()
+	s := New()
 	s.now, s.seq, s.last = snap.Now, snap.Seq, snap.Last
 	if err := s.restoreConfig(&snap.snapshotConfig); err != nil {
 		return nil, err
@@ -246,23 +248,35 @@ func restoreV1(r io.Reader) (*State, error) {
 	if err := s.checkHostDevices(); err != nil {
 		return nil, err
 	}
+	g := newStatsGather()
 	for _, a := range snap.Live {
 		if err := s.restoreLive(a); err != nil {
 			return nil, err
 		}
+		s.gatherLive(g, a)
 	}
-	for _, a := range snap.History {
-		if a == nil {
-			return nil, errf(ErrSnapshot, "bad history entry")
+	filer := historyFiler{s: s}
+	err := func() error {
+		for _, a := range snap.History {
+			if a == nil {
+				return errf(ErrSnapshot, "bad history entry")
+			}
+			r := histRecord{a: *a}
+			if err := s.checkHistory(&r); err != nil {
+				return err
+			}
+			r.idHash = s.history.idx.hash(r.a.ID)
+			g.add(&r.a, s.statsPool(&r.a))
+			filer.file(&r)
 		}
-		if err := s.restoreHistory(histRecord{a: *a, pool: s.statsPool(a), live: s.allocs[a.ID] != nil}); err != nil {
-			return nil, err
-		}
-	}
+		return nil
+	}()
+	indexed := make(chan error, 1)
+	indexed <- filer.finish(err)
 	for _, e := range snap.Requests {
 		s.cache.put(e)
 	}
-	return s.restoreFinish()
+	return s.restoreFinish([]*statsGather{g}, indexed)
 }
 
 // snapReader reads format 2's counts and records from a stream.
@@ -337,10 +351,12 @@ func (sr *snapReader) frame(what string, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// decodeRecord decodes record b with f and checks that f took all of it.
-func (sr *snapReader) decodeRecord(what string, b []byte, in *interner, f func(*dec)) error {
-	d := dec{b: b, in: in, devs: sr.devs}
-	f(&d)
+// decodeRecord decodes record b with f, in d, and checks that f took
+// all of it. A decoder reuses its d: one that f is handed escapes to the
+// heap, and a record each would make that much garbage.
+func (sr *snapReader) decodeRecord(what string, d *dec, b []byte, in *interner, f func(*dec)) error {
+	*d = dec{b: b, in: in, devs: sr.devs}
+	f(d)
 	if d.err != nil || len(d.b) != 0 {
 		return errf(ErrSnapshot, "malformed %s record", what)
 	}
@@ -380,7 +396,7 @@ type batch[T any] struct {
 // would: the first error in the stream's order. Once apply refuses a
 // record, the framing stops at the end of its batch; every goroutine has
 // ended when readSection returns.
-func readSection[T any](sr *snapReader, what string, count func(uint64), decode func(*dec) T, apply func(T) error) error {
+func readSection[T any](sr *snapReader, what string, count func(uint64), decode func(d *dec, decoder int) T, apply func(T) error) error {
 	n, err := sr.uvarint()
 	if err != nil {
 		return err
@@ -429,13 +445,14 @@ func readSection[T any](sr *snapReader, what string, count func(uint64), decode 
 			work <- b // a short wait at most: decoders never wait but for work
 		}
 	})
-	for _, in := range sr.in {
+	for w, in := range sr.in {
 		wg.Go(func() { // a decoder
+			var d dec
 			for b := range work {
 				start := 0
 				for _, end := range b.ends {
 					var v T
-					if b.err = sr.decodeRecord(what, b.raw[start:end], in, func(d *dec) { v = decode(d) }); b.err != nil {
+					if b.err = sr.decodeRecord(what, &d, b.raw[start:end], in, func(d *dec) { v = decode(d, w) }); b.err != nil {
 						break
 					}
 					b.recs = append(b.recs, v)
@@ -472,26 +489,17 @@ func readSection[T any](sr *snapReader, what string, count func(uint64), decode 
 	return nil
 }
 
-// histRecord is a history record decoded, its statsPool and, when it was
-// read as a record, its bytes (raw, only until it is filed), their hash
-// and where its first device ID starts (history.addRecord).
+// histRecord is a history record decoded and, when it was read as a
+// record, its bytes (raw, only until it is filed), their hash and where
+// its first device ID starts (history.file); idHash is the hash of its
+// ID (histIndex.hash), err what checkHistory found wrong with it.
 type histRecord struct {
-	a    Allocation
-	pool string
-	raw  []byte
-	sum  uint64
-	dev  int
-	// live is set when a live allocation has its ID.
-	live bool
-}
-
-// newRestored is a state to restore into: its statistics gather the
-// history as it arrives (gatherHistory) until restoreFinish settles
-// them.
-func newRestored() *State {
-	s := New()
-	s.agg.gathering = true
-	return s
+	a      Allocation
+	raw    []byte
+	sum    uint64
+	dev    int
+	idHash uint64
+	err    error
 }
 
 func restoreV2(r *bufio.Reader) (*State, error) {
@@ -499,13 +507,13 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if _, err := r.ReadByte(); err != nil {
 		return nil, errf(ErrSnapshot, "truncated")
 	}
-	s := newRestored()
+	s := New()
 	var cfg []byte
 	head, err := sr.frame("head", nil)
 	if err != nil {
 		return nil, err
 	}
-	err = sr.decodeRecord("head", head, nil, func(d *dec) {
+	err = sr.decodeRecord("head", &dec{}, head, nil, func(d *dec) {
 		s.now, s.seq, s.last = d.varint(), d.uvarint(), d.uvarint()
 		cfg, d.b = d.b, nil
 	})
@@ -521,21 +529,29 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := s.restoreConfig(&c); err != nil {
 		return nil, err
 	}
-	if err := readSection(sr, "host", nil, (*dec).host, s.restoreHost); err != nil {
+	if err := readSection(sr, "host", nil, anyDecoder((*dec).host), s.restoreHost); err != nil {
 		return nil, err
 	}
-	if err := readSection(sr, "device", nil, (*dec).device, s.restoreDevice); err != nil {
+	if err := readSection(sr, "device", nil, anyDecoder((*dec).device), s.restoreDevice); err != nil {
 		return nil, err
 	}
 	if err := s.checkHostDevices(); err != nil {
 		return nil, err
 	}
 	sr.devs = s.devices // read only from here on
-	if err := readSection(sr, "live allocation", nil, (*dec).alloc, s.restoreLive); err != nil {
+	live := newStatsGather()
+	fileLive := func(a *Allocation) error {
+		if err := s.restoreLive(a); err != nil {
+			return err
+		}
+		s.gatherLive(live, a)
+		return nil
+	}
+	if err := readSection(sr, "live allocation", nil, anyDecoder((*dec).alloc), fileLive); err != nil {
 		return nil, err
 	}
 	putRequest := func(e cacheEntry) error { s.cache.put(e); return nil }
-	if err := readSection(sr, "request", nil, (*dec).cacheEntry, putRequest); err != nil {
+	if err := readSection(sr, "request", nil, anyDecoder((*dec).cacheEntry), putRequest); err != nil {
 		return nil, err
 	}
 	// A history record is kept as its bytes: what it decodes to is
@@ -547,39 +563,71 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	sr.newInterners()
 	// A history record is kept and hashed as it was read: what decodes
 	// whole is the one encoding of what it decoded to (snapcodec.go).
-	// Its hash, its statsPool and whether a live allocation has its ID
-	// (the live allocations are all in) are found by the decoder too.
-	decodeHistory := func(d *dec) histRecord {
+	// Its hashes (of the record, for the digest; of its ID, for the
+	// index) and its checks on its own (checkHistory) are the decoder's
+	// work, and so is counting it for the statistics, in a gather of the
+	// decoder's own (statsGather). The restoring goroutine, which files
+	// the records in turn, is left where they go; the checks against the
+	// records before (an ID unseen, no live allocation's) are made once
+	// all are in (historyFiler.finish).
+	gathers := []*statsGather{live}
+	for range sr.in {
+		gathers = append(gathers, newStatsGather())
+	}
+	// A record's statistics pool is its first device's: found in a map
+	// of the pools alone, which fits the processor's caches better than
+	// the devices do.
+	devPools := make(map[string]string, len(s.devices))
+	for id, d := range s.devices { // filing: order-free
+		devPools[id] = d.Pool
+	}
+	decodeHistory := func(d *dec, decoder int) histRecord {
 		r := histRecord{raw: d.b, sum: recordHash(d.b)}
 		d.allocInto(&r.a)
 		if d.devLeft > 0 {
 			r.dev = len(r.raw) - d.devLeft
 		}
-		r.pool = s.statsPool(&r.a)
-		r.live = s.allocs[r.a.ID] != nil
+		if d.err == nil {
+			if r.err = s.checkHistory(&r); r.err == nil {
+				r.idHash = s.history.idx.hash(r.a.ID)
+				gathers[1+decoder].add(&r.a, statsPoolIn(&r.a, devPools))
+			}
+		}
 		return r
 	}
-	// The history's list and index are made to size as the records
-	// arrive, a step at a time rather than by doubling: the count is the
-	// snapshot's word, which a short snapshot must not turn into much
-	// memory, so a step makes room for at most 8 times the entries
-	// already in (historyStep at first).
+	// The history's list is made to size as the records arrive, a step
+	// at a time rather than by doubling: the count is the snapshot's
+	// word, which a short snapshot must not turn into much memory, so a
+	// step makes room for at most 8 times the entries already in
+	// (historyStep at first).
 	var left uint64
+	filer := historyFiler{s: s}
 	fileHistory := func(r histRecord) error {
 		if h := s.history; len(h.list) == cap(h.list) {
-			h.reserve(int(min(left, uint64(max(7*len(h.list), historyStep)))))
+			filer.reserve(int(min(left, uint64(max(7*len(h.list), historyStep)))))
 		}
 		left--
-		return s.restoreHistory(r)
+		if r.err != nil {
+			return r.err
+		}
+		filer.file(&r)
+		return nil
 	}
 	count := func(n uint64) { left = n }
-	if err := readSection(sr, "history", count, decodeHistory, fileHistory); err != nil {
-		return nil, err
+	err = readSection(sr, "history", count, decodeHistory, fileHistory)
+	// The history is indexed beside what restoreFinish does, which reads
+	// nothing of it; a fault it finds came before any later one.
+	indexed := make(chan error, 1)
+	go func(err error) { indexed <- filer.finish(err) }(err)
+	if err == nil {
+		if _, rerr := r.ReadByte(); rerr != io.EOF {
+			err = errf(ErrSnapshot, "bytes after the history")
+		}
 	}
-	if _, err := r.ReadByte(); err != io.EOF {
-		return nil, errf(ErrSnapshot, "bytes after the history")
+	if err != nil {
+		return nil, cmp.Or(<-indexed, err)
 	}
-	return s.restoreFinish()
+	return s.restoreFinish(gathers, indexed)
 }
 
 // restoreConfig takes a snapshot's configuration into a new state.
@@ -656,6 +704,7 @@ func (s *State) restoreDevice(d *Device) error {
 	}
 	s.devices[d.ID] = d
 	s.addClassDevice(d)
+	s.agg.countDevice(d, 1)
 	return nil
 }
 
@@ -709,41 +758,100 @@ func (s *State) restoreLive(a *Allocation) error {
 	return nil
 }
 
-// restoreHistory files an ended allocation: its record as read (r.raw),
-// or encoded afresh when there is none or it changed.
-func (s *State) restoreHistory(r histRecord) error {
+// checkHistory checks what an ended allocation can be checked for on
+// its own, and gives one written before namespaces its namespace (its
+// record is then another than the one read).
+func (s *State) checkHistory(r *histRecord) error {
 	a := &r.a
-	if a.Status.Live() || r.live || s.history.has(a.ID) {
+	if a.Status.Live() {
 		return errf(ErrSnapshot, "bad history entry")
 	}
 	if a.Namespace == "" {
 		a.Namespace = DefaultNamespace
-		r.raw = nil // another record than the one read
+		r.raw = nil
 	}
 	if !ValidNamespace(a.Namespace) {
 		return errf(ErrSnapshot, "allocation %s: namespace %q is not a valid name", a.ID, a.Namespace)
 	}
-	if r.raw == nil {
-		s.history.add(a)
-	} else {
-		s.history.addRecord(r.raw, r.sum, r.dev, a)
-	}
-	s.gatherHistory(a, r.pool)
 	return nil
 }
 
-// restoreFinish rebuilds the derived state once everything is in, and
-// checks that it holds together (checkLive: the history was checked
-// record by record as restoreHistory filed it).
-func (s *State) restoreFinish() (*State, error) {
+// historyFiler files a restore's history records, checked
+// (checkHistory), in turn, and indexes them at once when all are in
+// (finish).
+type historyFiler struct {
+	s      *State
+	hashes []uint64 // of the records' IDs, in order
+	rec    enc
+}
+
+func (f *historyFiler) reserve(n int) {
+	f.s.history.reserve(n)
+	f.hashes = slices.Grow(f.hashes, n)
+}
+
+// file files r: its record as read (r.raw), or encoded afresh when there
+// is none or it changed.
+func (f *historyFiler) file(r *histRecord) {
+	raw, sum, dev := r.raw, r.sum, r.dev
+	if raw == nil {
+		f.rec.b = f.rec.b[:0]
+		dev = f.rec.alloc(&r.a)
+		raw, sum = f.rec.b, recordHash(f.rec.b)
+	}
+	f.s.history.file(raw, sum, dev, r.a.EndedAt)
+	f.hashes = append(f.hashes, r.idHash)
+}
+
+// finish indexes the records filed and returns what refuses the history
+// being restored: err, what stopped the filing (nil if nothing did),
+// unless a record filed has the ID of one before it or of a live
+// allocation (the live ones are looked up in the history: some ten
+// thousand look ups rather than a million). Such a record came before
+// the fault that stopped the filing, so its error is the first.
+func (f *historyFiler) finish(err error) error {
+	if _, dup := f.s.history.indexFiled(f.hashes); dup {
+		return errf(ErrSnapshot, "bad history entry")
+	}
+	for id := range f.s.allocs { // any one: the error names none
+		if f.s.history.has(id) {
+			return errf(ErrSnapshot, "bad history entry")
+		}
+	}
+	return err
+}
+
+// restoreFinish rebuilds the derived state once everything is in, the
+// allocations counted by gathers and the history indexed, or refused,
+// by what indexed sends, and checks that it holds together (checkLive:
+// the history was checked record by record as it was decoded and filed,
+// and as it was indexed). The statistics are settled beside the
+// devices' indexing: they share nothing. The history's fault comes first
+// in the stream, then the check's.
+func (s *State) restoreFinish(gathers []*statsGather, indexed <-chan error) (*State, error) {
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		s.agg.settle(gathers, s.devices)
+	}()
 	for _, id := range sortedKeys(s.devices) {
 		s.reindex(s.devices[id])
 	}
-	s.settleStatsAgg()
-	if err := s.checkLive(); err != nil {
-		return nil, errf(ErrSnapshot, "%v", err)
+	cerr := s.checkLive()
+	<-settled
+	if err := <-indexed; err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, errf(ErrSnapshot, "%v", cerr)
 	}
 	return s, nil
+}
+
+// anyDecoder is decode for a section whose records need nothing of the
+// decoder's own.
+func anyDecoder[T any](decode func(*dec) T) func(*dec, int) T {
+	return func(d *dec, _ int) T { return decode(d) }
 }
 
 // typeKeys lists a map's device types as strings, for sortedKeys.

@@ -131,11 +131,18 @@ func snapSections(t *testing.T, snap []byte) [5][]snapRecord {
 // filing one record after the other would refuse it, and whatever the
 // number of decoders; the goroutines have ended when Restore returns.
 func TestRestoreFirstErrorWins(t *testing.T) {
-	snap := manyRecordsState(t).SnapshotBytes()
+	st := manyRecordsState(t)
+	snap := st.SnapshotBytes()
 	hist := snapSections(t, snap)[4]
+	// ended is a live allocation's record as if it had ended.
+	live := *st.allocs[sortedKeys(st.allocs)[0]]
+	live.Status, live.EndedAt = Released, live.AllocatedAt+1
+	var ended enc
+	ended.alloc(&live)
 	const (
 		malformed = iota // a record that does not decode
 		repeated         // a record with the ID of the one before
+		liveID           // a record with the ID of a live allocation
 		oversized        // a length beyond maxSnapshotRecord
 		cutBody          // the snapshot ends a byte before the record does
 		cutLength        // the snapshot ends inside the record's length
@@ -143,6 +150,7 @@ func TestRestoreFirstErrorWins(t *testing.T) {
 	want := map[int]string{
 		malformed: "malformed history record",
 		repeated:  "bad history entry",
+		liveID:    "bad history entry",
 		oversized: fmt.Sprintf("history record of %d bytes", maxSnapshotRecord+1),
 		cutBody:   "truncated history record",
 		cutLength: "truncated",
@@ -158,6 +166,8 @@ func TestRestoreFirstErrorWins(t *testing.T) {
 				body = append([]byte{0xff, 0x7f}, body...) // an ID longer than the record
 			case f == repeated:
 				body = snap[hist[k-1].body:hist[k-1].end]
+			case f == liveID:
+				body = ended.b
 			case f == oversized:
 				out = binary.AppendUvarint(out, maxSnapshotRecord+1)
 				continue
@@ -191,6 +201,11 @@ func TestRestoreFirstErrorWins(t *testing.T) {
 		{map[int]int{40: repeated, 2*b + 3: cutBody}, repeated},
 		{map[int]int{b + 40: malformed, b + 41: cutBody}, malformed},
 		{map[int]int{b - 2: repeated, b - 1: cutLength}, repeated},
+		{map[int]int{7: liveID}, liveID},
+		{map[int]int{b + 3: liveID, 2 * b: malformed}, liveID},
+		{map[int]int{b + 3: liveID, b + 4: cutBody}, liveID},
+		{map[int]int{10: malformed, 2*b + 1: liveID}, malformed},
+		{map[int]int{b - 1: oversized, b: liveID}, oversized},
 	}
 	for _, c := range cases {
 		bad := faulty(c.faults)

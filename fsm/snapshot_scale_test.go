@@ -3,6 +3,7 @@ package fsm
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +22,8 @@ import (
 // the state's lock, "digest" what the state hash does under it; "write"
 // encodes and writes the whole snapshot, "restore" reads it back whole.
 // The restore case also reports the resident memory of a process that
-// holds only the restored state (restoreRSS).
+// holds only the restored state, and the times of restores in fresh
+// processes (restoreFresh).
 //
 //	go test -run '^$' -bench SnapshotScale -benchtime 5x -timeout 60m ./fsm/
 func BenchmarkSnapshotScale(b *testing.B) {
@@ -107,16 +109,20 @@ func BenchmarkSnapshotCommands(b *testing.B) {
 }
 
 // benchRestore times restores of snap, a snapshot of records history
-// records, and reports the snapshot's bytes per record and the resident
-// memory of a process that holds only the restored state.
+// records, and reports the snapshot's bytes per record and, from
+// restores in fresh processes as a server starting from a snapshot
+// makes (restoreFresh), their median times and the resident memory of a
+// process that holds only the restored state.
 func benchRestore(b *testing.B, snap []byte, records int) {
 	b.SetBytes(int64(len(snap)))
 	loopMedian(b, func() error { _, err := Restore(bytes.NewReader(snap)); return err })
 	b.StopTimer()
-	rss, peak := restoreRSS(b, snap)
+	f := restoreFresh(b, snap, 5)
 	b.ReportMetric(float64(len(snap))/float64(records), "snapshot-B/history-record")
-	b.ReportMetric(float64(rss)/(1<<20), "restored-RSS-MiB")
-	b.ReportMetric(float64(peak)/(1<<20), "restore-peak-RSS-MiB")
+	b.ReportMetric(float64(f.wall.Milliseconds()), "fresh-median-ms")
+	b.ReportMetric(float64(f.cpu.Milliseconds()), "fresh-median-cpu-ms")
+	b.ReportMetric(float64(f.rss)/(1<<20), "restored-RSS-MiB")
+	b.ReportMetric(float64(f.peak)/(1<<20), "restore-peak-RSS-MiB")
 }
 
 // loopMedian runs f as the benchmark's loop and reports the median of
@@ -150,31 +156,56 @@ func loopMedianAfter(b *testing.B, prepare func(), f func() error) {
 	b.ReportMetric(median(cpu), "median-cpu-ms")
 }
 
-// restoreRSS restores snap in a child process that does nothing else and
-// returns its resident memory once restored (after a GC) and its peak
-// (VmRSS and VmHWM of /proc/self/status; zero where there is no /proc).
-func restoreRSS(b *testing.B, snap []byte) (rss, peak int64) {
+// freshRestore is what restoreFresh measured: the median wall and CPU
+// time of the restores, and the resident memory (after a GC) and its
+// peak of the process of the median wall time, each once restored.
+type freshRestore struct {
+	wall, cpu time.Duration
+	rss, peak int64
+}
+
+// restoreFresh restores snap in n child processes, one after the other,
+// each doing nothing else (TestRestoreRSSChild), and returns their
+// medians. Its RSS figures are VmRSS and VmHWM of /proc/self/status
+// (zero where there is no /proc).
+func restoreFresh(b *testing.B, snap []byte, n int) freshRestore {
 	path := b.TempDir() + "/snap"
 	if err := os.WriteFile(path, snap, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRestoreRSSChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "DMSC_RESTORE_RSS_SNAPSHOT="+path)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		b.Fatalf("child: %v\n%s", err, out)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "restore-rss" {
-			rss, _ = strconv.ParseInt(f[1], 10, 64)
-			peak, _ = strconv.ParseInt(f[2], 10, 64)
+	var runs []freshRestore
+	var cpus []time.Duration
+	for range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRestoreRSSChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "DMSC_RESTORE_RSS_SNAPSHOT="+path)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("child: %v\n%s", err, out)
 		}
+		var r freshRestore
+		for _, line := range strings.Split(string(out), "\n") {
+			switch f := strings.Fields(line); {
+			case len(f) == 3 && f[0] == "restore-rss":
+				r.rss, _ = strconv.ParseInt(f[1], 10, 64)
+				r.peak, _ = strconv.ParseInt(f[2], 10, 64)
+			case len(f) == 5 && f[0] == "restore-time":
+				r.wall, _ = time.ParseDuration(f[2])
+				r.cpu, _ = time.ParseDuration(f[4])
+			}
+		}
+		runs = append(runs, r)
+		cpus = append(cpus, r.cpu)
 	}
-	return rss, peak
+	slices.SortFunc(runs, func(x, y freshRestore) int { return cmp.Compare(x.wall, y.wall) })
+	slices.Sort(cpus)
+	m := runs[n/2]
+	m.cpu = cpus[n/2]
+	return m
 }
 
-// TestRestoreRSSChild is restoreRSS's child; it does nothing unless
-// DMSC_RESTORE_RSS_SNAPSHOT names a snapshot file.
+// TestRestoreRSSChild is restoreFresh's child; it does nothing unless
+// DMSC_RESTORE_RSS_SNAPSHOT names a snapshot file. Run by hand on a
+// snapshot file, it prints the restore's times and memory.
 func TestRestoreRSSChild(t *testing.T) {
 	path := os.Getenv("DMSC_RESTORE_RSS_SNAPSHOT")
 	if path == "" {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"math/big"
 	"math/bits"
@@ -16,7 +17,7 @@ import (
 // The allocation figures of Stats (outcome counts, durations, queue waits)
 // are kept as commands apply, so that a read assembles them in a time that
 // does not grow with the history. They are derived state: never
-// serialized, rebuilt on restore (gatherHistory, settleStatsAgg).
+// serialized, rebuilt on restore (statsGather, statsAgg.settle).
 //
 // Every allocation counts in one bucket, (type, pool, namespace), the pool
 // as statsPool gives it. A bucket keeps:
@@ -77,71 +78,55 @@ func (u u128) float() float64 {
 	return f
 }
 
-// ostNode is a node of an order-statistic treap: a value, how many times
-// it is held, and the count of its subtree.
-type ostNode struct {
-	v           int64
-	n, size     int
-	left, right *ostNode
-}
+// ostVal is a value of an ostTree, and seqVal one of a seqTree: a value
+// ordered by its allocation's Seq.
+type ostVal int64
 
-// ostPrio is a node's heap priority, a hash of its value: deterministic,
-// and balanced in expectation.
-func ostPrio(v int64) uint64 {
-	z := uint64(v) + 0x9e3779b97f4a7c15
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
+func (v ostVal) before(o ostVal) bool { return v < o }
+func (v ostVal) weight() uint64       { return uint64(v) }
 
-func (t *ostNode) sz() int {
-	if t == nil {
-		return 0
-	}
-	return t.size
-}
+type seqVal struct{ seq, v uint64 }
 
-func (t *ostNode) fix() { t.size = t.n + t.left.sz() + t.right.sz() }
+func (x seqVal) before(o seqVal) bool { return x.seq < o.seq }
+func (x seqVal) weight() uint64       { return x.v }
 
 // ostTree is a multiset of int64 with rank queries and an exact sum of
 // its (non-negative) values.
 type ostTree struct {
-	root *ostNode
-	sum  u128
-	// gathered holds values to build the tree from (settle).
-	gathered chunks[int64]
+	set rankSet[ostVal]
+	// gathered holds values to build the set from (settle).
+	gathered chunks[ostVal]
 }
 
-// gather keeps a value for settle, which builds the tree at once.
-func (o *ostTree) gather(v int64) {
-	o.gathered.add(v)
-	o.sum.add(uint64(v))
-}
+// gather keeps a value for settle, which builds the set at once.
+func (o *ostTree) gather(v int64) { o.gathered.add(ostVal(v)) }
 
-// settle builds the (empty) tree from the values gathered: sorted, one
-// node per distinct value, put in treap order by a stack in linear time.
+// settle builds the (empty) set from the values gathered, sorted.
 func (o *ostTree) settle() {
 	values := o.gathered.take()
-	if len(values) == 0 {
-		return
-	}
 	slices.Sort(values)
-	n := 1
-	for i := 1; i < len(values); i++ {
-		if values[i] != values[i-1] {
-			n++
-		}
-	}
-	nodes := make([]ostNode, 0, n)
-	for _, v := range values {
-		if k := len(nodes); k > 0 && nodes[k-1].v == v {
-			nodes[k-1].n++
-			continue
-		}
-		nodes = append(nodes, ostNode{v: v, n: 1})
-	}
-	o.root = buildTreap(nodes)
+	o.set.build(values)
 }
+
+func (o *ostTree) len() int       { return o.set.len() }
+func (o *ostTree) sum() u128      { return o.set.all }
+func (o *ostTree) insert(v int64) { o.set.insert(ostVal(v)) }
+
+func (o *ostTree) remove(v int64) {
+	if !o.set.remove(ostVal(v)) {
+		panic("fsm: statistics remove a value they do not hold")
+	}
+}
+
+// countLE is how many values are at most v, and countLT how many are
+// below v.
+func (o *ostTree) countLE(v int64) int { return o.set.countUpTo(ostVal(v)) }
+func (o *ostTree) countLT(v int64) int { return o.set.countBefore(ostVal(v)) }
+
+// min and max are the least and the greatest value; the tree must not be
+// empty.
+func (o *ostTree) min() int64 { return int64(o.set.first()) }
+func (o *ostTree) max() int64 { return int64(o.set.last()) }
 
 // chunks is a list that grows a chunk at a time and never moves what it
 // holds: the values a restore gathers for a tree, a million or more.
@@ -166,6 +151,20 @@ func (c *chunks[T]) add(v T) {
 	c.n++
 }
 
+// absorb moves o's values to the end of c.
+func (c *chunks[T]) absorb(o *chunks[T]) {
+	if o.n == 0 {
+		return
+	}
+	if len(c.last) > 0 {
+		c.full = append(c.full, c.last)
+	}
+	c.full = append(c.full, o.full...)
+	c.last = o.last
+	c.n += o.n
+	*o = chunks[T]{}
+}
+
 // take returns the values in one slice, in the order added, and empties
 // the list.
 func (c *chunks[T]) take() []T {
@@ -181,311 +180,35 @@ func (c *chunks[T]) take() []T {
 	return out
 }
 
-// treapNode is a node a stack can build a treap of.
-type treapNode[T any] interface {
-	*T
-	prio() uint64
-	kids() (*T, *T)
-	setLeft(*T)
-	setRight(*T)
-	fix()
-}
-
-// buildTreap links nodes, sorted by key, into a treap (heap-ordered by
-// prio, the highest at the root) in linear time, and returns its root.
-func buildTreap[T any, P treapNode[T]](nodes []T) *T {
-	var stack []P
-	for i := range nodes {
-		t := P(&nodes[i])
-		var last P
-		for len(stack) > 0 && stack[len(stack)-1].prio() < t.prio() {
-			last = stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-		}
-		t.setLeft(last)
-		if len(stack) > 0 {
-			stack[len(stack)-1].setRight(t)
-		}
-		stack = append(stack, t)
-	}
-	root := stack[0]
-	fixTreap[T, P](root)
-	return root
-}
-
-// fixTreap sets the figures of a built subtree, children first.
-func fixTreap[T any, P treapNode[T]](t P) {
-	if t == nil {
-		return
-	}
-	l, r := t.kids()
-	fixTreap[T, P](l)
-	fixTreap[T, P](r)
-	t.fix()
-}
-
-func (t *ostNode) prio() uint64               { return ostPrio(t.v) }
-func (t *ostNode) kids() (*ostNode, *ostNode) { return t.left, t.right }
-func (t *ostNode) setLeft(l *ostNode)         { t.left = l }
-func (t *ostNode) setRight(r *ostNode)        { t.right = r }
-
-func (t *seqNode) prio() uint64               { return ostPrio(int64(t.seq)) }
-func (t *seqNode) kids() (*seqNode, *seqNode) { return t.left, t.right }
-func (t *seqNode) setLeft(l *seqNode)         { t.left = l }
-func (t *seqNode) setRight(r *seqNode)        { t.right = r }
-
-func (o *ostTree) len() int { return o.root.sz() }
-
-func rotRight(t *ostNode) *ostNode {
-	l := t.left
-	t.left = l.right
-	l.right = t
-	t.fix()
-	l.fix()
-	return l
-}
-
-func rotLeft(t *ostNode) *ostNode {
-	r := t.right
-	t.right = r.left
-	r.left = t
-	t.fix()
-	r.fix()
-	return r
-}
-
-func ostInsert(t *ostNode, v int64) *ostNode {
-	if t == nil {
-		return &ostNode{v: v, n: 1, size: 1}
-	}
-	switch {
-	case v == t.v:
-		t.n++
-	case v < t.v:
-		t.left = ostInsert(t.left, v)
-		if ostPrio(t.left.v) > ostPrio(t.v) {
-			t.fix()
-			return rotRight(t)
-		}
-	default:
-		t.right = ostInsert(t.right, v)
-		if ostPrio(t.right.v) > ostPrio(t.v) {
-			t.fix()
-			return rotLeft(t)
-		}
-	}
-	t.fix()
-	return t
-}
-
-func ostDelete(t *ostNode, v int64) *ostNode {
-	if t == nil {
-		panic("fsm: statistics remove a value they do not hold")
-	}
-	switch {
-	case v < t.v:
-		t.left = ostDelete(t.left, v)
-	case v > t.v:
-		t.right = ostDelete(t.right, v)
-	case t.n > 1:
-		t.n--
-	default:
-		return joinTreaps(t.left, t.right)
-	}
-	t.fix()
-	return t
-}
-
-// joinTreaps joins two treaps, every key of a below every key of b.
-func joinTreaps[T any, P treapNode[T]](a, b P) P {
-	if a == nil {
-		return b
-	}
-	if b == nil {
-		return a
-	}
-	if a.prio() > b.prio() {
-		_, r := a.kids()
-		a.setRight(joinTreaps(P(r), b))
-		a.fix()
-		return a
-	}
-	l, _ := b.kids()
-	b.setLeft(joinTreaps(a, P(l)))
-	b.fix()
-	return b
-}
-
-func (o *ostTree) insert(v int64) {
-	o.root = ostInsert(o.root, v)
-	o.sum.add(uint64(v))
-}
-
-func (o *ostTree) remove(v int64) {
-	o.root = ostDelete(o.root, v)
-	o.sum.sub(uint64(v))
-}
-
-// countLE is how many values are at most v.
-func (o *ostTree) countLE(v int64) int {
-	n := 0
-	for t := o.root; t != nil; {
-		if v < t.v {
-			t = t.left
-			continue
-		}
-		n += t.left.sz() + t.n
-		t = t.right
-	}
-	return n
-}
-
-// countLT is how many values are below v.
-func (o *ostTree) countLT(v int64) int {
-	if v == math.MinInt64 {
-		return 0
-	}
-	return o.countLE(v - 1)
-}
-
-func (o *ostTree) min() int64 {
-	t := o.root
-	for t.left != nil {
-		t = t.left
-	}
-	return t.v
-}
-
-func (o *ostTree) max() int64 {
-	t := o.root
-	for t.right != nil {
-		t = t.right
-	}
-	return t.v
-}
-
-// seqNode is a node of a treap keyed by allocation Seq: a value, and
-// the count and exact sum of its subtree's values.
-type seqNode struct {
-	seq         uint64
-	v           uint64
-	size        int
-	sum         u128
-	left, right *seqNode
-}
-
-func (t *seqNode) sz() int {
-	if t == nil {
-		return 0
-	}
-	return t.size
-}
-
-func (t *seqNode) total() u128 {
-	if t == nil {
-		return u128{}
-	}
-	return t.sum
-}
-
-func (t *seqNode) fix() {
-	t.size = 1 + t.left.sz() + t.right.sz()
-	t.sum = t.left.total().plus(t.right.total())
-	t.sum.add(t.v)
-}
-
 // seqTree holds one value per allocation, ordered by Seq, with counts and
 // sums of the values up to a Seq.
 type seqTree struct {
-	root *seqNode
-	// gathered holds the Seqs and values to build the tree from (settle).
-	gathered chunks[[2]uint64]
+	set rankSet[seqVal]
+	// gathered holds the Seqs and values to build the set from (settle).
+	gathered chunks[seqVal]
 }
 
-// gather keeps a value for settle, which builds the tree at once.
-func (o *seqTree) gather(seq, v uint64) { o.gathered.add([2]uint64{seq, v}) }
+// gather keeps a value for settle, which builds the set at once.
+func (o *seqTree) gather(seq, v uint64) { o.gathered.add(seqVal{seq: seq, v: v}) }
 
-// settle builds the (empty) tree from the values gathered, sorted by Seq
-// and put in treap order by a stack in linear time.
+// settle builds the (empty) set from the values gathered, sorted by Seq.
 func (o *seqTree) settle() {
 	values := o.gathered.take()
-	if len(values) == 0 {
-		return
-	}
-	slices.SortFunc(values, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
-	nodes := make([]seqNode, len(values))
-	for i, g := range values {
-		nodes[i].seq, nodes[i].v = g[0], g[1]
-	}
-	o.root = buildTreap(nodes)
+	slices.SortFunc(values, func(a, b seqVal) int { return cmp.Compare(a.seq, b.seq) })
+	o.set.build(values)
 }
 
-func (o *seqTree) len() int { return o.root.sz() }
+func (o *seqTree) len() int             { return o.set.len() }
+func (o *seqTree) insert(seq, v uint64) { o.set.insert(seqVal{seq: seq, v: v}) }
 
-func (o *seqTree) insert(seq, v uint64) { o.root = seqInsert(o.root, &seqNode{seq: seq, v: v}) }
-
-func seqInsert(t, n *seqNode) *seqNode {
-	if t == nil {
-		n.fix()
-		return n
-	}
-	if n.seq < t.seq {
-		t.left = seqInsert(t.left, n)
-		if ostPrio(int64(t.left.seq)) > ostPrio(int64(t.seq)) {
-			l := t.left
-			t.left = l.right
-			t.fix()
-			l.right = t
-			l.fix()
-			return l
-		}
-	} else {
-		t.right = seqInsert(t.right, n)
-		if ostPrio(int64(t.right.seq)) > ostPrio(int64(t.seq)) {
-			r := t.right
-			t.right = r.left
-			t.fix()
-			r.left = t
-			r.fix()
-			return r
-		}
-	}
-	t.fix()
-	return t
-}
-
-func (o *seqTree) remove(seq uint64) { o.root = seqDelete(o.root, seq) }
-
-func seqDelete(t *seqNode, seq uint64) *seqNode {
-	switch {
-	case t == nil:
+func (o *seqTree) remove(seq uint64) {
+	if !o.set.remove(seqVal{seq: seq}) {
 		panic("fsm: statistics remove a value they do not hold")
-	case seq < t.seq:
-		t.left = seqDelete(t.left, seq)
-	case seq > t.seq:
-		t.right = seqDelete(t.right, seq)
-	default:
-		return joinTreaps(t.left, t.right)
 	}
-	t.fix()
-	return t
 }
 
 // upTo is the count and sum of the values at Seq seq or below.
-func (o *seqTree) upTo(seq uint64) (int, u128) {
-	n, sum := 0, u128{}
-	for t := o.root; t != nil; {
-		if seq < t.seq {
-			t = t.left
-			continue
-		}
-		n += t.left.sz() + 1
-		sum = sum.plus(t.left.total())
-		sum.add(t.v)
-		t = t.right
-	}
-	return n, sum
-}
+func (o *seqTree) upTo(seq uint64) (int, u128) { return o.set.sumUpTo(seqVal{seq: seq}) }
 
 // allocAgg is the figures of one bucket.
 type allocAgg struct {
@@ -543,10 +266,6 @@ type statsAgg struct {
 	pending map[*Allocation]bool
 	// byFirstDev is nil until a device first joins or leaves.
 	byFirstDev map[string]*devAllocs
-	// gathering is set while a restore counts the history
-	// (gatherHistory): the values for the trees are gathered, and the
-	// trees built at once by settleStatsAgg.
-	gathering bool
 	// last is the bucket last counted in, of key lastKey (nil when it was
 	// dropped): consecutive allocations often share one.
 	last    *allocAgg
@@ -688,6 +407,16 @@ func (s *State) aggCountIn(a *Allocation, pool string, sign int) {
 		b = s.agg.bucket(k, true)
 		s.agg.last, s.agg.lastKey = b, k
 	}
+	b.count(a, sign, false)
+	if b.counts.Total == 0 {
+		s.agg.drop(k)
+		s.agg.last = nil
+	}
+}
+
+// count adds (sign 1) or removes (-1) allocation a, as it is now, to or
+// from the bucket; gather keeps the trees' values for settle instead.
+func (b *allocAgg) count(a *Allocation, sign int, gather bool) {
 	b.counts.addSigned(a, sign)
 	if b.prios == nil {
 		b.prios = map[int]int{}
@@ -706,11 +435,27 @@ func (s *State) aggCountIn(a *Allocation, pool string, sign int) {
 			}
 		}
 	}
-	b.trees(a, sign, s.agg.gathering)
-	if b.counts.Total == 0 {
-		s.agg.drop(k)
-		s.agg.last = nil
+	b.trees(a, sign, gather)
+}
+
+// absorb adds the counts of o, a bucket a restore gathered
+// (statsGather), to b, and takes its gathered values.
+func (b *allocAgg) absorb(o *allocAgg) {
+	b.counts = aggSet{b, o}.counts()
+	if b.prios == nil {
+		b.prios = map[int]int{}
 	}
+	for p, n := range o.prios { // adding: order-free
+		b.prios[p] += n
+	}
+	b.noLease += o.noLease
+	b.finished += o.finished
+	b.short += o.short
+	b.ended.gathered.absorb(&o.ended.gathered)
+	b.active.gathered.absorb(&o.active.gathered)
+	b.waits.gathered.absorb(&o.waits.gathered)
+	b.waited.gathered.absorb(&o.waited.gathered)
+	b.waiting.gathered.absorb(&o.waiting.gathered)
 }
 
 // trees adds (sign 1) or removes (-1) allocation a, as it is now, to or
@@ -899,40 +644,91 @@ func (s *State) aggEnded(a *Allocation) {
 	}
 }
 
-// gatherHistory counts a history entry of a state being restored
-// (agg.gathering set), pool its statsPool: its bucket's counts at once,
-// its values gathered for settleStatsAgg, which builds the trees.
-// Restore calls it as each entry arrives, oldest first, so the
-// aggregates cost no pass over the history of their own.
-func (s *State) gatherHistory(a *Allocation, pool string) {
-	s.aggCountIn(a, pool, 1)
-	s.countLost(a, 1)
+// statsGather counts allocations for the statistics of a state being
+// restored, as they are read: the live ones, and the history's records
+// as they are decoded, each decoder into one of its own, so that the
+// records are counted side by side; restoreFinish adds them up
+// (statsAgg.settle). What it keeps adds up in any order: the buckets'
+// counts, and their values for the trees, which are sorted when the
+// trees are built; the lost allocations per device. The devices are
+// counted as they are read (restoreDevice).
+type statsGather struct {
+	buckets map[aggKey]*allocAgg
+	last    *allocAgg
+	lastKey aggKey
+	lost    map[string]int
 }
 
-// settleStatsAgg completes the aggregates of a restored state once its
-// history is counted (gatherHistory), in time linear in the history:
-// each bucket's gathered values are sorted and built into its trees at
-// once; then the devices and the live allocations are counted. The lists
-// of allocations by first device are built when a device first joins or
+func newStatsGather() *statsGather {
+	return &statsGather{buckets: map[aggKey]*allocAgg{}, lost: map[string]int{}}
+}
+
+// add counts allocation a, pool its statsPool. The device IDs it counts
+// lost allocations under are kept: a's must be its own.
+func (g *statsGather) add(a *Allocation, pool string) {
+	k := aggKey{t: a.Request.PrimaryType(), pool: pool, ns: a.Namespace}
+	b := g.last
+	if b == nil || k != g.lastKey {
+		if b = g.buckets[k]; b == nil {
+			b = &allocAgg{}
+			g.buckets[k] = b
+		}
+		g.last, g.lastKey = b, k
+	}
+	b.count(a, 1, true)
+	if a.Status == Lost {
+		for i, as := range a.Devices {
+			if !slices.ContainsFunc(a.Devices[:i], func(o Assignment) bool { return o.DeviceID == as.DeviceID }) {
+				g.lost[as.DeviceID]++
+			}
+		}
+	}
+}
+
+// gatherLive counts live allocation a of a state being restored into g,
+// as aggLiveEnter counts one that a command placed or queued.
+func (s *State) gatherLive(g *statsGather, a *Allocation) {
+	g.add(a, s.statsPool(a))
+	if a.Status == Pending {
+		s.agg.pending[a] = true
+	}
+}
+
+// settle completes the aggregates of a restored state from what was
+// gathered, in time linear in the history: the gathers are added up,
+// each bucket's values sorted and built into its trees at once, and the
+// devices (of devices) with lost allocations filed as flaky. It reads
+// nothing of the state but the devices' IDs, types and pools, and
+// writes nothing but the buckets, the lost counts and the flaky sets, so
+// a restore runs it beside the devices' indexing. The lists of
+// allocations by first device are built when a device first joins or
 // leaves; the device side is computed by the first read.
-func (s *State) settleStatsAgg() {
-	s.agg.gathering = false
+func (g *statsAgg) settle(gathers []*statsGather, devices map[string]*Device) {
+	for _, h := range gathers {
+		for _, k := range slices.SortedFunc(maps.Keys(h.buckets), aggKeyCompare) {
+			g.bucket(k, true).absorb(h.buckets[k])
+		}
+		for id, n := range h.lost { // adding: order-free
+			g.lost[id] += n
+		}
+	}
 	var settle []func()
-	for _, pools := range s.agg.buckets { // building each: order-free
+	for _, pools := range g.buckets { // building each: order-free
 		for _, nss := range pools {
 			for _, b := range nss {
-				settle = append(settle, b.ended.settle, b.waits.settle, b.waited.settle)
+				settle = append(settle, b.ended.settle, b.active.settle, b.waits.settle, b.waited.settle, b.waiting.settle)
 			}
 		}
 	}
 	// The trees share nothing: they are built side by side.
 	inParallel(len(settle), func(i int) { settle[i]() })
-	for _, d := range s.devices { // counting only
-		s.agg.countDevice(d, 1)
+	for id := range g.lost { // filing each: order-free
+		g.flakyFile(devices[id], 1)
 	}
-	for _, id := range sortedKeys(s.allocs) {
-		s.aggLiveEnter(s.allocs[id])
-	}
+}
+
+func aggKeyCompare(a, b aggKey) int {
+	return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.pool, b.pool), cmp.Compare(a.ns, b.ns))
 }
 
 // inParallel calls f(0) to f(n-1) on up to one goroutine per processor,
@@ -980,12 +776,12 @@ func (bs aggSet) durations(now int64) DurationStats {
 	for _, b := range bs {
 		if k := b.ended.len(); k > 0 {
 			n += k
-			sum = sum.plus(b.ended.sum)
+			sum = sum.plus(b.ended.sum())
 			lo, hi = min(lo, b.ended.min()), max(hi, b.ended.max())
 		}
 		if k := b.active.len(); k > 0 {
 			n += k
-			sum = sum.plus(mul64(uint64(k), uint64(now))).minus(b.active.sum)
+			sum = sum.plus(mul64(uint64(k), uint64(now))).minus(b.active.sum())
 			lo, hi = min(lo, now-b.active.max()), max(hi, now-b.active.min())
 		}
 	}
@@ -1011,7 +807,7 @@ func (bs aggSet) waits() DurationStats {
 	for _, b := range bs {
 		if k := b.waits.len(); k > 0 {
 			n += k
-			sum = sum.plus(b.waits.sum)
+			sum = sum.plus(b.waits.sum())
 			lo, hi = min(lo, b.waits.min()), max(hi, b.waits.max())
 		}
 	}
