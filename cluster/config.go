@@ -154,6 +154,15 @@ type Config struct {
 	// simulator sets it: N hosts in one process would otherwise keep N²
 	// member records besides memberlist's own N².
 	ServersOnlyMembers bool
+	// GossipKeep, when set on a node that is not a server, is asked of
+	// every other member that is not a server whether the node keeps it
+	// in its gossip membership at all (memberlist's AliveDelegate): one
+	// it does not keep it neither probes nor gossips to, and news of it
+	// is dropped unread. The servers and the node itself are always kept.
+	// The host simulator gives each of its hosts a few neighbours this
+	// way, so that N hosts in one process hold N·k members, not N²,
+	// while the servers see the whole pool; agents leave it nil.
+	GossipKeep func(name string) bool
 	// EncryptKey turns on gossip encryption with this key (16, 24 or 32
 	// bytes): members without it are neither seen nor heard. A keyring
 	// file left by an earlier run wins over it (keyring.go).

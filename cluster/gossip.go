@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"net"
 	"sort"
 	"strconv"
@@ -39,6 +41,34 @@ type nodeMeta struct {
 }
 
 func (m nodeMeta) server() bool { return m.Role == "s" || m.Role == "sh" }
+
+// metaServer reports whether gossip metadata b is a server's, without
+// decoding all of it when it starts as json.Marshal writes a nodeMeta
+// (the role first).
+func metaServer(b []byte) bool {
+	if rest, ok := bytes.CutPrefix(b, []byte(`{"r":"`)); ok {
+		return bytes.HasPrefix(rest, []byte(`s"`)) || bytes.HasPrefix(rest, []byte(`sh"`))
+	}
+	var m nodeMeta
+	return json.Unmarshal(b, &m) == nil && m.server()
+}
+
+// keepFilter is the memberlist.AliveDelegate of a node with
+// Config.GossipKeep: it refuses news of a member the node does not keep.
+type keepFilter struct {
+	self string
+	keep func(name string) bool
+}
+
+// errNotKept: a member this node does not keep (Config.GossipKeep).
+var errNotKept = errors.New("not kept")
+
+func (f keepFilter) NotifyAlive(peer *memberlist.Node) error {
+	if peer.Name == f.self || f.keep(peer.Name) || metaServer(peer.Meta) {
+		return nil
+	}
+	return errNotKept
+}
 func (m nodeMeta) host() bool   { return m.Role == "h" || m.Role == "sh" }
 
 // memberInfo is what this node knows of another.

@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 
@@ -74,4 +76,72 @@ func TestHostJoinsOneServer(t *testing.T) {
 	if k, err := host.join(); k != 1 || err != nil {
 		t.Fatalf("host joined %d nodes (%v), want 1", k, err)
 	}
+}
+
+// TestMetaServer checks which gossip metadata reads as a server's, by the
+// fast path and by decoding.
+func TestMetaServer(t *testing.T) {
+	meta := func(role string) []byte { b, _ := json.Marshal(nodeMeta{Role: role, RPC: "127.0.0.1:4647"}); return b }
+	for _, tc := range []struct {
+		meta []byte
+		want bool
+	}{
+		{meta("s"), true},
+		{meta("sh"), true},
+		{meta("h"), false},
+		{meta(""), false},
+		{[]byte(`{ "rpc": "x", "r": "s" }`), true},
+		{[]byte(`{ "r": "h" }`), false},
+		{[]byte(`{"r":"shx"}`), false},
+		{nil, false},
+		{[]byte("{"), false},
+	} {
+		if got := metaServer(tc.meta); got != tc.want {
+			t.Errorf("metaServer(%s) = %v, want %v", tc.meta, got, tc.want)
+		}
+	}
+}
+
+// TestGossipKeep starts a server and three hosts, one of which keeps only
+// one of the others (Config.GossipKeep): it lists the server, that host
+// and itself, though the server's whole membership reached it when it
+// joined, while the server lists every host.
+func TestGossipKeep(t *testing.T) {
+	tc := newTestCluster(t, nil)
+	server := tc.servers(1)[0]
+	tc.waitLeader(server)
+	names := func(n *Node) []string {
+		var out []string
+		for _, m := range n.ml.Members() {
+			out = append(out, m.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, id := range []string{"host-b", "host-c"} {
+		hc := tc.fastConfig(id, false)
+		hc.Inventory = (&inventory{devices: []fsm.DeviceSpec{gpu(id+"-gpu", 40)}}).get
+		tc.start(hc)
+	}
+	poll(t, 10*time.Second, "the server to see both hosts", func() error {
+		if got := names(server); len(got) != 3 {
+			return fmt.Errorf("server lists %v", got)
+		}
+		return nil
+	})
+	hc := tc.fastConfig("host-a", false)
+	hc.Inventory = (&inventory{devices: []fsm.DeviceSpec{gpu("host-a-gpu", 40)}}).get
+	hc.GossipKeep = func(name string) bool { return name == "host-b" }
+	a := tc.start(hc)
+	want := []string{"host-a", "host-b", server.cfg.NodeID}
+	slices.Sort(want)
+	poll(t, 10*time.Second, "host-a to list what it keeps", func() error {
+		if got := names(a); !slices.Equal(got, want) {
+			return fmt.Errorf("host-a lists %v, want %v", got, want)
+		}
+		if got := names(server); len(got) != 4 {
+			return fmt.Errorf("server lists %v", got)
+		}
+		return nil
+	})
 }

@@ -301,6 +301,9 @@ func (n *Node) startGossip() error {
 	}
 	c.Delegate = metaDelegate{meta: n.localMeta}
 	c.Events = n.members
+	if n.cfg.GossipKeep != nil && !n.cfg.Server {
+		c.Alive = keepFilter{self: n.cfg.NodeID, keep: n.cfg.GossipKeep}
+	}
 	c.Logger = n.cfg.Logger.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
 	if n.cfg.GossipTransport != nil {
 		t, err := n.cfg.GossipTransport(n.cfg.BindAddr, n.cfg.GossipPort)

@@ -48,22 +48,27 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
   and the ACL token when given; the servers register them as they
   register any host. Hosts are named <prefix>00000, <prefix>00001, ...
 
-  Every host keeps the whole membership, so one process of N hosts does
-  N times the gossip work of one agent: many hosts on a few cores need
-  slower and lighter gossip than an agent's defaults (the servers may
-  keep theirs). The settings of BENCHMARKS.md ("Hosts at scale"), with
-  which two shared cores held 1,250 hosts but not 1,500:
+  Each host keeps in its gossip membership the servers and -gossip-peers
+  of the other hosts, its neighbours in name order: it probes them and
+  they probe it, and news of the other hosts it drops unread. The
+  servers keep every host. With -gossip-peers 0 every host keeps the
+  whole membership, as N machines would, and one process of N hosts
+  does N times the gossip work of one agent (two shared cores held
+  1,250 hosts so, not 1,500). The hosts' gossip can be made slower and
+  lighter than an agent's defaults (the servers may keep theirs); the
+  settings of BENCHMARKS.md ("Hosts at scale"):
 
-      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 1000 -start-rate 25 \
+      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 2000 -start-rate 25 \
           -gossip-probe-interval 5s -gossip-probe-timeout 2s \
           -gossip-suspicion-mult 6 -gossip-retransmit-mult 1 \
           -gossip-no-compression -reconnect-interval 60s
 
   Gossip between two hosts of this process stays in the process; the
   servers reach each host on its own UDP and TCP ports. The process runs
-  the garbage collector with GOGC=400 unless GOGC is set; its live heap
-  grows with the square of -hosts (every host holds every member), so
-  give it a GOMEMLIMIT the machine has room for.
+  the garbage collector with GOGC=400 unless GOGC is set; with
+  -gossip-peers 0 its live heap grows with the square of -hosts (every
+  host holds every member), so give it a GOMEMLIMIT the machine has room
+  for.
 
   Churn: -churn-kills hosts per second are killed (as a killed agent
   ends: no gossip leave) and restarted -churn-down later on the same
@@ -108,6 +113,11 @@ Options:
   -retry-interval=<duration>, -reconnect-interval=<duration>,
   -inventory-interval=<duration>
       The hosts' timings, as the agent flags of the same names.
+
+  -gossip-peers=<n>
+      How many of the other hosts each host keeps in its gossip
+      membership (half before it in name order, half after, wrapping).
+      Default 16; 0: all of them.
 
   -gossip-probe-timeout=<duration>, -gossip-retransmit-mult=<n>,
   -gossip-no-compression, -gossip-no-tcp-pings
@@ -174,6 +184,7 @@ func (f *simHostsFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.cfg.GossipRetransmitMult, "gossip-retransmit-mult", 0, "")
 	fs.BoolVar(&f.cfg.GossipNoCompression, "gossip-no-compression", false, "")
 	fs.BoolVar(&f.cfg.GossipNoTCPPings, "gossip-no-tcp-pings", false, "")
+	fs.IntVar(&f.cfg.GossipPeers, "gossip-peers", 16, "")
 	fs.DurationVar(&f.cfg.RetryJoinInterval, "retry-interval", 0, "")
 	fs.DurationVar(&f.cfg.ReconnectInterval, "reconnect-interval", 0, "")
 	fs.DurationVar(&f.cfg.InventoryInterval, "inventory-interval", 0, "")

@@ -1,11 +1,14 @@
 // Package hostsim runs many simulated device hosts in one process, so that
 // a cluster's behaviour with many hosts can be measured on one machine
-// (1,250 held on two shared cores, BENCHMARKS.md "Hosts at scale"). Each simulated host is a real cluster.Node with an inventory:
-// its own memberlist member, node RPC endpoint, inventory hash in gossip,
-// ACL token and TLS certificate when configured; the servers cannot tell
-// it from a host agent. Hosts can be killed (as a killed process ends: no
-// gossip leave), restarted on the same ports, and given a new inventory.
-// See DESIGN.md in this directory.
+// (BENCHMARKS.md "Hosts at scale"). Each simulated host is a real
+// cluster.Node with an inventory: its own memberlist member, node RPC
+// endpoint, inventory hash in gossip, ACL token and TLS certificate when
+// configured; the servers cannot tell it from a host agent. A host keeps
+// only the servers and a few neighbours in its gossip membership, so
+// that N hosts in one process cost N, not N², while the servers see the
+// whole pool. Hosts can be killed (as a killed process ends: no gossip
+// leave), restarted on the same ports, and given a new inventory. See
+// DESIGN.md in this directory.
 package hostsim
 
 import (
@@ -16,6 +19,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +66,15 @@ type Config struct {
 	GossipRetransmitMult int
 	GossipNoCompression  bool
 	GossipNoTCPPings     bool
-	RetryJoinInterval    time.Duration
-	ReconnectInterval    time.Duration
-	InventoryInterval    time.Duration
+	// GossipPeers is how many of the other simulated hosts each host
+	// keeps in its gossip membership: its neighbours in name order, half
+	// on either side, wrapping around (cluster.Config.GossipKeep); 0
+	// keeps them all, as N machines would. The servers are always kept,
+	// and keep every host. DESIGN.md says why.
+	GossipPeers       int
+	RetryJoinInterval time.Duration
+	ReconnectInterval time.Duration
+	InventoryInterval time.Duration
 
 	// EncryptKey is the gossip key, ACLToken the token every host sends
 	// with its inventory (its policy must allow host_register for these
@@ -189,6 +199,9 @@ func (s *Sim) nodeConfig(id string, h *host) (cluster.Config, error) {
 		GossipTransport:      s.fabric.listen,
 		ServersOnlyMembers:   true,
 	}
+	if s.cfg.GossipPeers > 0 && s.cfg.GossipPeers < s.cfg.Hosts-1 {
+		c.GossipKeep = s.neighbours(h.index)
+	}
 	if s.cfg.TLS != nil {
 		st, err := s.cfg.TLS(id)
 		if err != nil {
@@ -197,6 +210,26 @@ func (s *Sim) nodeConfig(id string, h *host) (cluster.Config, error) {
 		c.TLS = st
 	}
 	return c, nil
+}
+
+// neighbours is whether a member is one of the GossipPeers hosts of this
+// simulation nearest to host i in name order, counted around the ring of
+// its hosts: a relation both hosts agree on, so that each is probed by
+// the hosts it probes.
+func (s *Sim) neighbours(i int) func(name string) bool {
+	n, half := s.cfg.Hosts, s.cfg.GossipPeers/2
+	return func(name string) bool {
+		rest, ok := strings.CutPrefix(name, s.cfg.Prefix)
+		if !ok {
+			return false
+		}
+		j, err := strconv.Atoi(rest)
+		if err != nil || j < 0 || j >= n || j == i {
+			return false
+		}
+		d := (j - i + n) % n
+		return min(d, n-d) <= max(half, 1)
+	}
 }
 
 // inventory is host h's InventoryFunc: the bench's synthetic GPUs, and a

@@ -3,6 +3,7 @@ package hostsim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,16 +20,17 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
 }
 
-// TestSimulatedHostsRegisterDieAndChange: simulated hosts join a real
-// server through gossip and are registered from their RPC inventory; a
-// killed one is marked down by the leader, comes back up when restarted,
-// and a changed inventory is registered again.
+// TestSimulatedHostsRegisterDieAndChange: simulated hosts, each keeping
+// four neighbours in its gossip membership, join a real server through
+// gossip and are registered from their RPC inventory; a killed one is
+// marked down by the leader, comes back up when restarted, and a changed
+// inventory is registered again.
 func TestSimulatedHostsRegisterDieAndChange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	lc := startServer(t, ctx)
 	server := lc.Servers()[0]
-	sim, err := Start(ctx, fast(Config{Hosts: 12, GPUsPerHost: 2, Join: []string{server.Self().GossipAddr}}))
+	sim, err := Start(ctx, fast(Config{Hosts: 12, GPUsPerHost: 2, GossipPeers: 4, Join: []string{server.Self().GossipAddr}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,6 +130,39 @@ func TestChurnKillsRestartsAndChanges(t *testing.T) {
 	}
 	if k := sim.Killed(); len(k) != 0 {
 		t.Errorf("hosts left killed: %v", k)
+	}
+}
+
+// TestNeighbours checks which hosts a simulated host keeps with
+// GossipPeers 4: the two before it and the two after it in name order,
+// around the ring, and so each of them keeps it.
+func TestNeighbours(t *testing.T) {
+	s := &Sim{cfg: Config{Hosts: 10, Prefix: "sim-h", GossipPeers: 4}}
+	keep := func(i int) []int {
+		var out []int
+		for j := range 10 {
+			if s.neighbours(i)(fmt.Sprintf("sim-h%05d", j)) {
+				out = append(out, j)
+			}
+		}
+		return out
+	}
+	for i, want := range map[int][]int{0: {1, 2, 8, 9}, 5: {3, 4, 6, 7}, 9: {0, 1, 7, 8}} {
+		if got := keep(i); !slices.Equal(got, want) {
+			t.Errorf("host %d keeps %v, want %v", i, got, want)
+		}
+	}
+	for i := range 10 {
+		for _, j := range keep(i) {
+			if !slices.Contains(keep(j), i) {
+				t.Errorf("host %d keeps %d, which does not keep it", i, j)
+			}
+		}
+	}
+	for _, name := range []string{"sim-h00010", "sim-h-0001", "other00001", "sim-h", "sim-hx"} {
+		if s.neighbours(0)(name) {
+			t.Errorf("host 0 keeps %q", name)
+		}
 	}
 }
 
