@@ -86,24 +86,14 @@ const (
 
 func newHistory() *history { return &history{idx: newHistIndex()} }
 
-// add adds a, encoding it, unless the history holds its ID already (an
-// ended allocation enters it once: only a restore can offer one twice);
-// it then adds nothing and returns false.
-func (h *history) add(a *Allocation) bool {
+// add adds a, encoding it. The history must not hold its ID: an ended
+// allocation enters it once (a restore, which could offer one twice,
+// files its records and checks them as it indexes them, indexFiled).
+func (h *history) add(a *Allocation) {
 	h.rec.b = h.rec.b[:0]
 	dev := h.rec.alloc(a)
-	return h.addRecord(h.rec.b, recordHash(h.rec.b), dev, a)
-}
-
-// addRecord is add for a, whose record is b (copied), hashing to sum
-// (recordHash), its first device ID starting at dev.
-func (h *history) addRecord(b []byte, sum uint64, dev int, a *Allocation) bool {
-	if h.has(a.ID) {
-		return false
-	}
 	h.idx.add(a.ID, h.next(), h.first)
-	h.file(b, sum, dev, a.EndedAt)
-	return true
+	h.file(h.rec.b, recordHash(h.rec.b), dev, a.EndedAt)
 }
 
 // next is the number the next record will have.

@@ -24,7 +24,7 @@ import (
 //   - the outcome counts;
 //   - the durations of ended allocations that got devices, and the
 //     allocation times of active ones (whose duration runs to now), each
-//     in an order-statistic tree with its exact sum;
+//     in an order-statistic set (rankSet) with its exact sum;
 //   - the queue waits of every allocation that got devices.
 //
 // Percentiles over several buckets (every pool of a type, several
