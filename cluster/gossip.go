@@ -41,6 +41,7 @@ type nodeMeta struct {
 }
 
 func (m nodeMeta) server() bool { return m.Role == "s" || m.Role == "sh" }
+func (m nodeMeta) host() bool   { return m.Role == "h" || m.Role == "sh" }
 
 // metaServer reports whether gossip metadata b is a server's, without
 // decoding all of it when it starts as json.Marshal writes a nodeMeta
@@ -69,7 +70,6 @@ func (f keepFilter) NotifyAlive(peer *memberlist.Node) error {
 	}
 	return errNotKept
 }
-func (m nodeMeta) host() bool   { return m.Role == "h" || m.Role == "sh" }
 
 // memberInfo is what this node knows of another.
 type memberInfo struct {
