@@ -1,6 +1,9 @@
 package fsm
 
-import "slices"
+import (
+	"slices"
+	"sort"
+)
 
 // rankSet is an ordered multiset with rank queries and exact sums: the
 // order-statistic structure behind the statistics' durations and waits
@@ -114,54 +117,21 @@ func (r *rankSet[T]) prefix(i int) (int, u128) {
 // blockFrom the first whose first item is not before x (len(blocks) when
 // there is none).
 func (r *rankSet[T]) blockAfter(x T) int {
-	return searchBlocks(r.blocks, func(y T) bool { return x.before(y) })
+	return sort.Search(len(r.blocks), func(i int) bool { return x.before(r.blocks[i][0]) })
 }
 
 func (r *rankSet[T]) blockFrom(x T) int {
-	return searchBlocks(r.blocks, func(y T) bool { return !y.before(x) })
+	return sort.Search(len(r.blocks), func(i int) bool { return !r.blocks[i][0].before(x) })
 }
 
-// searchBlocks is the first block whose first item has f (false, then
-// true, along the blocks).
-func searchBlocks[T any](blocks [][]T, f func(T) bool) int {
-	lo, hi := 0, len(blocks)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if f(blocks[m][0]) {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	return lo
-}
-
-// upper is the index in b of the first item after x.
+// upper is the index in b of the first item after x, and lower that of
+// the first item not before x.
 func upper[T rankItem[T]](b []T, x T) int {
-	lo, hi := 0, len(b)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if x.before(b[m]) {
-			hi = m
-		} else {
-			lo = m + 1
-		}
-	}
-	return lo
+	return sort.Search(len(b), func(i int) bool { return x.before(b[i]) })
 }
 
-// lower is the index in b of the first item not before x.
 func lower[T rankItem[T]](b []T, x T) int {
-	lo, hi := 0, len(b)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if b[m].before(x) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
+	return sort.Search(len(b), func(i int) bool { return !b[i].before(x) })
 }
 
 func (r *rankSet[T]) len() int { return r.n }

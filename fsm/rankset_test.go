@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -35,13 +36,13 @@ func TestRankSetAgainstSortedList(t *testing.T) {
 					}
 				}
 				r.insert(x)
-				i, _ := slices.BinarySearchFunc(ref, x.seq+1, func(a seqVal, k uint64) int { return cmpU(a.seq, k) })
+				i, _ := slices.BinarySearchFunc(ref, x.seq+1, func(a seqVal, k uint64) int { return cmp.Compare(a.seq, k) })
 				ref = slices.Insert(ref, i, x)
 			default:
 				if op < 8 && len(ref) > 0 { // the oldest, as trim does
 					x = ref[0]
 				}
-				i, found := slices.BinarySearchFunc(ref, x.seq, func(a seqVal, k uint64) int { return cmpU(a.seq, k) })
+				i, found := slices.BinarySearchFunc(ref, x.seq, func(a seqVal, k uint64) int { return cmp.Compare(a.seq, k) })
 				if got := r.remove(x); got != found {
 					t.Fatalf("seed %d step %d: remove(%d) = %v, want %v", seed, step, x.seq, got, found)
 				}
@@ -58,16 +59,6 @@ func TestRankSetAgainstSortedList(t *testing.T) {
 // ostTree's (the value is the key) and unlike a seqTree's (one item a
 // key), so that which of equal items a remove takes does not matter.
 func item(k uint64) seqVal { return seqVal{seq: k, v: k*k*31 + 7} }
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 // checkRankSet compares every query of r with the sorted list ref.
 func checkRankSet(t *testing.T, r *rankSet[seqVal], ref []seqVal, keys uint64) {
@@ -102,8 +93,8 @@ func checkRankSet(t *testing.T, r *rankSet[seqVal], ref []seqVal, keys uint64) {
 	step := max(keys/97, 1)
 	for k := uint64(0); k < keys; k += step {
 		x := seqVal{seq: k}
-		before, _ := slices.BinarySearchFunc(ref, k, func(a seqVal, k uint64) int { return cmpU(a.seq, k) })
-		upTo, _ := slices.BinarySearchFunc(ref, k+1, func(a seqVal, k uint64) int { return cmpU(a.seq, k) })
+		before, _ := slices.BinarySearchFunc(ref, k, func(a seqVal, k uint64) int { return cmp.Compare(a.seq, k) })
+		upTo, _ := slices.BinarySearchFunc(ref, k+1, func(a seqVal, k uint64) int { return cmp.Compare(a.seq, k) })
 		if got := r.countBefore(x); got != before {
 			t.Fatalf("countBefore(%d) = %d, want %d", k, got, before)
 		}
