@@ -54,14 +54,14 @@ Usage: dmsc sim-hosts -join <server gossip address> [options]
   servers keep every host. With -gossip-peers 0 every host keeps the
   whole membership, as N machines would, and one process of N hosts
   does N times the gossip work of one agent (two shared cores held
-  1,250 hosts so, not 1,500). The hosts' gossip can be made slower and
-  lighter than an agent's defaults (the servers may keep theirs); the
-  settings of BENCHMARKS.md ("Hosts at scale"):
+  1,250 hosts so, not 1,500). With neighbours only, a host's news
+  reaches the servers through its neighbourhood, so pass each message on
+  more often than an agent does; the settings of BENCHMARKS.md ("Hosts
+  at scale"):
 
-      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 2000 -start-rate 25 \
-          -gossip-probe-interval 5s -gossip-probe-timeout 2s \
-          -gossip-suspicion-mult 6 -gossip-retransmit-mult 1 \
-          -gossip-no-compression -reconnect-interval 60s
+      dmsc sim-hosts -join 10.0.0.11:4649 -hosts 2000 -start-rate 50 \
+          -gossip-retransmit-mult 10 -gossip-no-compression \
+          -gossip-no-tcp-pings -reconnect-interval 60s
 
   Gossip between two hosts of this process stays in the process; the
   servers reach each host on its own UDP and TCP ports. The process runs
