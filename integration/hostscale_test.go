@@ -41,6 +41,11 @@ var simGossipArgs = []string{
 	"-retry-interval", "1s", "-reconnect-interval", "60s",
 }
 
+// simArgsEnv adds flags to every simulator the host scale tests start,
+// after theirs (e.g. lighter gossip for more hosts than the defaults
+// hold, or -cpuprofile with -duration).
+const simArgsEnv = "DMSC_SIM_ARGS"
+
 // simStartRate is how many hosts the simulator starts per second. Each
 // simulated host keeps only its -gossip-peers neighbours and the servers
 // (the simulator's default), so a join costs the pool a few members'
@@ -71,7 +76,8 @@ func startSim(t *testing.T, ctx context.Context, c *Cluster, n int, extra ...str
 	}
 	args := append([]string{"sim-hosts", "-hosts", strconv.Itoa(n), "-join", strings.Join(join, ","),
 		"-start-rate", strconv.Itoa(simStartRate(n)), "-log-level", "error"}, simGossipArgs...)
-	cmd := exec.Command(binary, append(args, extra...)...)
+	args = append(append(args, extra...), strings.Fields(os.Getenv(simArgsEnv))...)
+	cmd := exec.Command(binary, args...)
 	cmd.Env = agentEnv()
 	logFile, err := os.Create(filepath.Join(t.ArtifactDir(), "sim-hosts.log"))
 	if err != nil {

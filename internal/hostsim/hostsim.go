@@ -113,7 +113,8 @@ type host struct {
 
 // Start starts cfg.Hosts hosts, cfg.Parallel at a time, and returns once
 // every one listens and has begun to join (registration by the leader
-// follows). On error the hosts started so far are killed.
+// follows). On error, or once ctx ends, it starts no more and kills the
+// hosts started so far.
 func Start(ctx context.Context, cfg Config) (*Sim, error) {
 	if cfg.Hosts < 1 {
 		return nil, fmt.Errorf("hostsim: %d hosts: %w", cfg.Hosts, cluster.ErrConfig)
@@ -160,6 +161,10 @@ func Start(ctx context.Context, cfg Config) (*Sim, error) {
 			case <-pace:
 			case <-ctx.Done():
 			}
+		}
+		if ctx.Err() != nil { // the rest are not started
+			errs[i] = fmt.Errorf("hostsim: %d of %d hosts started: %w", i, len(s.ids), ctx.Err())
+			break
 		}
 		sem <- struct{}{}
 		wg.Go(func() {

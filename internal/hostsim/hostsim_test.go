@@ -2,8 +2,10 @@ package hostsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,6 +132,27 @@ func TestChurnKillsRestartsAndChanges(t *testing.T) {
 	}
 	if k := sim.Killed(); len(k) != 0 {
 		t.Errorf("hosts left killed: %v", k)
+	}
+}
+
+// TestStartStopsWhenCancelled: a start cut short starts no more hosts,
+// kills those it started and says so, at once rather than after starting
+// the rest.
+func TestStartStopsWhenCancelled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err := Start(ctx, fast(Config{Hosts: 1000, StartRate: 20, Join: []string{"127.0.0.1:1"}}))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "of 1000 hosts started") {
+		t.Fatalf("Start: %v, want how many hosts started before the context's deadline", err)
+	}
+	// Some 10 hosts started at 20 a second, and at most Parallel in
+	// flight failed: not the 990 the start would have gone on to.
+	if n := strings.Count(err.Error(), "\n") + 1; n > 40 {
+		t.Errorf("Start reports %d errors: it went on starting hosts", n)
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("Start returned %v after it was cut short", d)
 	}
 }
 
