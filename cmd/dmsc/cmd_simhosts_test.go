@@ -43,10 +43,10 @@ func TestSimHostsControl(t *testing.T) {
 	defer lc.Close(context.Background())
 	sim, err := hostsim.Start(ctx, hostsim.Config{Hosts: 3, Join: []string{lc.Servers()[0].Self().GossipAddr},
 		GossipProbeInterval: 100 * time.Millisecond})
+	defer sim.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sim.Close()
 	for _, c := range []struct {
 		line string
 		want map[string]any

@@ -33,10 +33,10 @@ func TestSimulatedHostsRegisterDieAndChange(t *testing.T) {
 	lc := startServer(t, ctx)
 	server := lc.Servers()[0]
 	sim, err := Start(ctx, fast(Config{Hosts: 12, GPUsPerHost: 2, GossipPeers: 4, Join: []string{server.Self().GossipAddr}}))
+	defer sim.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sim.Close()
 
 	hosts := func() map[string]fsm.Host {
 		out := map[string]fsm.Host{}
@@ -118,10 +118,10 @@ func TestChurnKillsRestartsAndChanges(t *testing.T) {
 	defer cancel()
 	lc := startServer(t, ctx)
 	sim, err := Start(ctx, fast(Config{Hosts: 6, Join: []string{lc.Servers()[0].Self().GossipAddr}}))
+	defer sim.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sim.Close()
 	cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ccancel()
 	got := sim.Churn(cctx, Churn{KillsPerSecond: 2, Down: 300 * time.Millisecond, ChangesPerSecond: 3, Seed: 1})
@@ -142,7 +142,8 @@ func TestStartStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	_, err := Start(ctx, fast(Config{Hosts: 1000, StartRate: 20, Join: []string{"127.0.0.1:1"}}))
+	sim, err := Start(ctx, fast(Config{Hosts: 1000, StartRate: 20, Join: []string{"127.0.0.1:1"}}))
+	defer sim.Close()
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "of 1000 hosts started") {
 		t.Fatalf("Start: %v, want how many hosts started before the context's deadline", err)
 	}
@@ -153,6 +154,9 @@ func TestStartStopsWhenCancelled(t *testing.T) {
 	}
 	if d := time.Since(began); d > 10*time.Second {
 		t.Errorf("Start returned %v after it was cut short", d)
+	}
+	if n := len(sim.Running()); n == 0 || n > 40 {
+		t.Errorf("%d hosts running after the start was cut short", n)
 	}
 }
 
