@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 )
 
 // CheckInvariants verifies that the state holds together: no device is
@@ -15,19 +16,41 @@ import (
 // records, entries, index and digest agree (history.check). It returns
 // the first violation.
 func (s *State) CheckInvariants() error {
-	if err := s.checkLive(); err != nil {
+	if err := s.checkLive(sortedKeys(s.devices)); err != nil {
 		return err
 	}
 	return s.history.check()
 }
 
 // checkLive is CheckInvariants but for the history, which a restore
-// checks record by record as it files them.
-func (s *State) checkLive() error {
-	devices := sortedKeys(s.devices)
-	if err := firstError(len(devices), func(i int) error { return s.checkDevice(devices[i]) }); err != nil {
-		return err
+// checks record by record as it files them; devices are the device IDs
+// in order. Its parts only read, so on a large state they run side by
+// side (firstError), the first failure in their order winning: the
+// devices (in two halves or more), the classes, the hosts, the live
+// allocations and the queue, the kept snapshot records.
+func (s *State) checkLive(devices []string) error {
+	parts := []func() error{s.checkClasses, s.checkHosts, s.checkAllocs, s.checkHeadCache}
+	chunks := 1
+	if len(devices) > 4096 {
+		chunks = runtime.GOMAXPROCS(0)
 	}
+	for c := chunks - 1; c >= 0; c-- {
+		ids := devices[c*len(devices)/chunks : (c+1)*len(devices)/chunks]
+		parts = slices.Insert(parts, 0, func() error {
+			for _, id := range ids {
+				if err := s.checkDevice(id); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return firstError(parts, len(devices) > 4096)
+}
+
+// checkClasses checks that the class index holds only indexed devices of
+// the class.
+func (s *State) checkClasses() error {
 	for _, key := range sortedKeys(s.idx.classes) {
 		c := s.idx.classes[key]
 		var bad string
@@ -42,6 +65,11 @@ func (s *State) checkLive() error {
 			return fmt.Errorf("class index holds stale device %s", bad)
 		}
 	}
+	return nil
+}
+
+// checkHosts checks that each host lists its own devices, in order.
+func (s *State) checkHosts() error {
 	for _, hid := range sortedKeys(s.hosts) {
 		h := s.hosts[hid]
 		for i, id := range h.Devices {
@@ -53,6 +81,12 @@ func (s *State) checkLive() error {
 			}
 		}
 	}
+	return nil
+}
+
+// checkAllocs checks the live allocations against their hosts, devices
+// and claims, and the queue against the pending ones.
+func (s *State) checkAllocs() error {
 	pending := 0
 	for _, aid := range sortedKeys(s.allocs) {
 		a := s.allocs[aid]
@@ -101,7 +135,7 @@ func (s *State) checkLive() error {
 	if s.queue.Len() != pending {
 		return fmt.Errorf("queue holds %d, %d allocations pending", s.queue.Len(), pending)
 	}
-	return s.checkHeadCache()
+	return nil
 }
 
 // checkDevice checks device id against its host and its allocations and
@@ -156,28 +190,21 @@ func (s *State) checkDevice(id string) error {
 	return nil
 }
 
-// firstError calls check(0) to check(n-1) and returns the error of the
-// least i that fails, nil if none does. A long run is split among up to
-// one goroutine per processor (each stops at its first failure): check
-// must only read.
-func firstError(n int, check func(i int) error) error {
-	parts := min(runtime.GOMAXPROCS(0), n/4096+1)
-	if parts == 1 {
-		for i := range n {
-			if err := check(i); err != nil {
-				return err
+// firstError calls each of checks and returns the error of the first
+// that fails in their order, nil if none does; side by side on up to one
+// goroutine per processor when parallel is set (checks must then only
+// read), one after the other else.
+func firstError(checks []func() error, parallel bool) error {
+	errs := make([]error, len(checks))
+	if parallel {
+		inParallel(len(checks), func(i int) { errs[i] = checks[i]() })
+	} else {
+		for i, check := range checks {
+			if errs[i] = check(); errs[i] != nil {
+				break
 			}
 		}
-		return nil
 	}
-	errs := make([]error, parts)
-	inParallel(parts, func(p int) {
-		for i := p * n / parts; i < (p+1)*n/parts; i++ {
-			if errs[p] = check(i); errs[p] != nil {
-				return
-			}
-		}
-	})
 	for _, err := range errs {
 		if err != nil {
 			return err

@@ -276,7 +276,7 @@ func restoreV1(r io.Reader) (*State, error) {
 	for _, e := range snap.Requests {
 		s.cache.put(e)
 	}
-	return s.restoreFinish([]*statsGather{g}, indexed)
+	return s.restoreFinish([]*statsGather{g}, sortedKeys(s.devices), indexed)
 }
 
 // snapReader reads format 2's counts and records from a stream.
@@ -532,8 +532,28 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := readSection(sr, "host", nil, anyDecoder((*dec).host), s.restoreHost); err != nil {
 		return nil, err
 	}
-	if err := readSection(sr, "device", nil, anyDecoder((*dec).device), s.restoreDevice); err != nil {
+	// Every device is one a host lists (checkHostDevices): the devices'
+	// map is made to that size, not grown a doubling at a time.
+	listed := 0
+	for _, h := range s.hosts {
+		listed += len(h.Devices)
+	}
+	s.devices = make(map[string]*Device, listed)
+	// The devices come by ID (a snapshot writes them so): their IDs in
+	// order need no sort, unless a snapshot wrote them otherwise.
+	devices := make([]string, 0, listed)
+	fileDevice := func(d *Device) error {
+		if err := s.restoreDevice(d); err != nil {
+			return err
+		}
+		devices = append(devices, d.ID)
+		return nil
+	}
+	if err := readSection(sr, "device", nil, anyDecoder((*dec).device), fileDevice); err != nil {
 		return nil, err
+	}
+	if !slices.IsSorted(devices) {
+		slices.Sort(devices)
 	}
 	if err := s.checkHostDevices(); err != nil {
 		return nil, err
@@ -627,7 +647,7 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err != nil {
 		return nil, cmp.Or(<-indexed, err)
 	}
-	return s.restoreFinish(gathers, indexed)
+	return s.restoreFinish(gathers, devices, indexed)
 }
 
 // restoreConfig takes a snapshot's configuration into a new state.
@@ -821,23 +841,24 @@ func (f *historyFiler) finish(err error) error {
 	return err
 }
 
-// restoreFinish rebuilds the derived state once everything is in, the
-// allocations counted by gathers and the history indexed, or refused,
-// by what indexed sends, and checks that it holds together (checkLive:
+// restoreFinish rebuilds the derived state once everything is in (the
+// devices' IDs in order), the allocations counted by gathers and the
+// history indexed, or refused, by what indexed sends, and checks that it
+// holds together (checkLive:
 // the history was checked record by record as it was decoded and filed,
 // and as it was indexed). The statistics are settled beside the
 // devices' indexing: they share nothing. The history's fault comes first
 // in the stream, then the check's.
-func (s *State) restoreFinish(gathers []*statsGather, indexed <-chan error) (*State, error) {
+func (s *State) restoreFinish(gathers []*statsGather, devices []string, indexed <-chan error) (*State, error) {
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
 		s.agg.settle(gathers, s.devices)
 	}()
-	for _, id := range sortedKeys(s.devices) {
+	for _, id := range devices {
 		s.reindex(s.devices[id])
 	}
-	cerr := s.checkLive()
+	cerr := s.checkLive(devices)
 	<-settled
 	if err := <-indexed; err != nil {
 		return nil, err

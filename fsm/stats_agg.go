@@ -650,18 +650,17 @@ func (s *State) aggEnded(a *Allocation) {
 // records are counted side by side; restoreFinish adds them up
 // (statsAgg.settle). What it keeps adds up in any order: the buckets'
 // counts, and their values for the trees, which are sorted when the
-// trees are built; the lost allocations per device. The devices are
-// counted as they are read (restoreDevice).
+// trees are built; the devices lost allocations were lost on, once per
+// allocation, counted when they are sorted. The devices are counted as
+// they are read (restoreDevice).
 type statsGather struct {
 	buckets map[aggKey]*allocAgg
 	last    *allocAgg
 	lastKey aggKey
-	lost    map[string]int
+	lost    []string
 }
 
-func newStatsGather() *statsGather {
-	return &statsGather{buckets: map[aggKey]*allocAgg{}, lost: map[string]int{}}
-}
+func newStatsGather() *statsGather { return &statsGather{buckets: map[aggKey]*allocAgg{}} }
 
 // add counts allocation a, pool its statsPool. The device IDs it counts
 // lost allocations under are kept: a's must be its own.
@@ -679,7 +678,7 @@ func (g *statsGather) add(a *Allocation, pool string) {
 	if a.Status == Lost {
 		for i, as := range a.Devices {
 			if !slices.ContainsFunc(a.Devices[:i], func(o Assignment) bool { return o.DeviceID == as.DeviceID }) {
-				g.lost[as.DeviceID]++
+				g.lost = append(g.lost, as.DeviceID)
 			}
 		}
 	}
@@ -704,13 +703,26 @@ func (s *State) gatherLive(g *statsGather, a *Allocation) {
 // allocations by first device are built when a device first joins or
 // leaves; the device side is computed by the first read.
 func (g *statsAgg) settle(gathers []*statsGather, devices map[string]*Device) {
+	var lost []string
 	for _, h := range gathers {
 		for _, k := range slices.SortedFunc(maps.Keys(h.buckets), aggKeyCompare) {
 			g.bucket(k, true).absorb(h.buckets[k])
 		}
-		for id, n := range h.lost { // adding: order-free
-			g.lost[id] += n
+		lost = append(lost, h.lost...)
+	}
+	// Counted by runs of one device once sorted: one map insert a device
+	// rather than one a lost allocation.
+	slices.Sort(lost)
+	if len(g.lost) == 0 {
+		g.lost = make(map[string]int, len(lost))
+	}
+	for i := 0; i < len(lost); {
+		j := i + 1
+		for j < len(lost) && lost[j] == lost[i] {
+			j++
 		}
+		g.lost[lost[i]] += j - i
+		i = j
 	}
 	var settle []func()
 	for _, pools := range g.buckets { // building each: order-free
@@ -722,8 +734,10 @@ func (g *statsAgg) settle(gathers []*statsGather, devices map[string]*Device) {
 	}
 	// The trees share nothing: they are built side by side.
 	inParallel(len(settle), func(i int) { settle[i]() })
-	for id := range g.lost { // filing each: order-free
-		g.flakyFile(devices[id], 1)
+	for id, n := range g.lost { // filing each: order-free
+		if n >= RecommendLostPerDevice {
+			g.flakyFile(devices[id], 1)
+		}
 	}
 }
 
