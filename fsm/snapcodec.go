@@ -207,13 +207,20 @@ type dec struct {
 	err error
 	// in, when set, holds what the records repeat.
 	in *interner
-	// devs, when set, are the devices of the state being restored:
-	// a device ID they hold is interned as the device's own.
-	devs map[string]*Device
+	// devs, when set, are the devices of the state being restored, by
+	// ID: a device ID they hold is interned as the device's own.
+	devs map[string]restoredDev
 	// devLeft is what alloc left of b where the first device ID starts
-	// (0 when the allocation has none).
+	// (0 when the allocation has none); first is the first device's
+	// entry in devs, when it has one.
 	devLeft int
+	first   restoredDev
 }
+
+// restoredDev is a restored device's ID and pool, what a restore's decoders
+// want of it: in a map of their own, which fits the processor's caches
+// better than the devices do.
+type restoredDev struct{ id, pool string }
 
 // interner is what the records one decoder decodes share, so that what
 // they repeat is held once: the short strings (types, statuses,
@@ -307,13 +314,13 @@ func (d *dec) raw() []byte {
 func (d *dec) str() string { return string(d.raw()) }
 
 // devID is str for a device ID, or the ID of the device of devs it
-// names.
-func (d *dec) devID() string {
-	if v := d.devs[string(d.peekRaw())]; v != nil {
+// names, and that device's entry (zero when devs does not hold it).
+func (d *dec) devID() (string, restoredDev) {
+	if v, ok := d.devs[string(d.peekRaw())]; ok {
 		d.raw()
-		return v.ID
+		return v.id, v
 	}
-	return d.str()
+	return d.str(), restoredDev{}
 }
 
 // peekRaw is what raw would return, without taking it (nil when it would
@@ -542,13 +549,17 @@ func (d *dec) allocInto(a *Allocation) {
 	a.Status = AllocStatus(d.sym())
 	a.Policy = Policy(d.sym())
 	a.Host = d.sym()
-	d.devLeft = 0
+	d.devLeft, d.first = 0, restoredDev{}
 	if n := d.count(); n > 0 {
 		d.devLeft = len(d.b)
 		a.Devices = make([]Assignment, n)
 		for i := range a.Devices {
 			as := &a.Devices[i]
-			as.DeviceID = d.devID()
+			var ref restoredDev
+			as.DeviceID, ref = d.devID()
+			if i == 0 {
+				d.first = ref
+			}
 			as.Claim = d.int()
 			as.Amount = d.res()
 		}

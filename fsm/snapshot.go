@@ -286,7 +286,7 @@ type snapReader struct {
 	// it is held once (or once per decoder).
 	in []*interner
 	// devs are the state's devices once they are all read (dec.devs).
-	devs map[string]*Device
+	devs map[string]restoredDev
 }
 
 func newSnapReader(r *bufio.Reader) *snapReader {
@@ -558,7 +558,10 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := s.checkHostDevices(); err != nil {
 		return nil, err
 	}
-	sr.devs = s.devices // read only from here on
+	sr.devs = make(map[string]restoredDev, len(s.devices))
+	for id, d := range s.devices { // filing: order-free
+		sr.devs[id] = restoredDev{id: d.ID, pool: d.Pool}
+	}
 	live := newStatsGather()
 	fileLive := func(a *Allocation) error {
 		if err := s.restoreLive(a); err != nil {
@@ -575,11 +578,11 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 		return nil, err
 	}
 	// A history record is kept as its bytes: what it decodes to is
-	// scratch, whose strings need not be shared with the state's. So its
-	// device IDs are not looked up among the devices, and what it repeats
-	// is interned in tables of its own, small, not among the hosts' and
-	// devices' IDs.
-	sr.devs = nil
+	// scratch, whose strings need not be shared with the state's. So what
+	// it repeats is interned in tables of its own, small, not among the
+	// hosts' and devices' IDs; its device IDs are still looked up among
+	// the devices' (sr.devs), which gives its first device's pool for the
+	// statistics too.
 	sr.newInterners()
 	// A history record is kept and hashed as it was read: what decodes
 	// whole is the one encoding of what it decoded to (snapcodec.go).
@@ -594,13 +597,6 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	for range sr.in {
 		gathers = append(gathers, newStatsGather())
 	}
-	// A record's statistics pool is its first device's: found in a map
-	// of the pools alone, which fits the processor's caches better than
-	// the devices do.
-	devPools := make(map[string]string, len(s.devices))
-	for id, d := range s.devices { // filing: order-free
-		devPools[id] = d.Pool
-	}
 	decodeHistory := func(d *dec, decoder int) histRecord {
 		r := histRecord{raw: d.b, sum: recordHash(d.b)}
 		d.allocInto(&r.a)
@@ -610,7 +606,11 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 		if d.err == nil {
 			if r.err = s.checkHistory(&r); r.err == nil {
 				r.idHash = s.history.idx.hash(r.a.ID)
-				gathers[1+decoder].add(&r.a, statsPoolIn(&r.a, devPools))
+				pool := d.first.pool  // statsPool: the first device's,
+				if d.first.id == "" { // unless it is gone
+					pool = s.statsPool(&r.a)
+				}
+				gathers[1+decoder].add(&r.a, pool)
 			}
 		}
 		return r

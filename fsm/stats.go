@@ -157,18 +157,6 @@ func (s *State) statsPool(a *Allocation) string {
 	return a.Request.statsPool()
 }
 
-// statsPoolIn is statsPool with the devices' pools by device ID: a
-// restore's decoders find a history record's pool in a map that fits
-// the processor's caches better than the devices do.
-func statsPoolIn(a *Allocation, devPools map[string]string) string {
-	if len(a.Devices) > 0 {
-		if p, ok := devPools[a.Devices[0].DeviceID]; ok {
-			return p
-		}
-	}
-	return a.Request.statsPool()
-}
-
 // statsPool is the pool the figures of an allocation of r that holds no
 // device of the inventory count under: its first claim's.
 func (r *Request) statsPool() string {
