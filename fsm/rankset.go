@@ -151,9 +151,11 @@ func (r *rankSet[T]) insert(x T) {
 		r.update(i, 1, x.weight())
 		return
 	}
+	// Both halves get arrays of their size: the full one, grown by
+	// append, has room for a quarter to twice as many items again.
 	full := r.blocks[i]
 	tail := slices.Clone(full[rankBlock:])
-	r.blocks[i] = full[:rankBlock:rankBlock]
+	r.blocks[i] = slices.Clone(full[:rankBlock])
 	r.blocks = slices.Insert(r.blocks, i+1, tail)
 	r.bsum[i] = sumOf(r.blocks[i])
 	r.bsum = slices.Insert(r.bsum, i+1, sumOf(tail))
