@@ -21,6 +21,7 @@ import (
 
 	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/events"
 	"github.com/dmsc/dmsc/fsm"
 )
 
@@ -387,4 +388,11 @@ var errInjected = errors.New("injected")
 
 func httptestRequest(method, path string) *http.Request {
 	return httptest.NewRequest(method, path, nil)
+}
+
+func (b *fakeBackend) SubscribeEvents(after uint64) (*events.Subscription, error) {
+	if b.host {
+		return nil, cluster.ErrNotServer
+	}
+	return b.f.Events().Subscribe(after)
 }

@@ -89,6 +89,10 @@ func routes() []route {
 		{method: "GET", path: "/v1/retention", handle: (*Server).getRetention, need: capRead(fsm.AreaOperator)},
 		{method: "PUT", path: "/v1/retention", handle: (*Server).setRetention, need: capWrite(fsm.AreaOperator)},
 
+		// Events: every topic's events are filtered by what the token
+		// may read.
+		{method: "GET", path: "/v1/event/stream", handle: (*Server).eventStream, exempt: true, need: capAnyToken},
+
 		// Statistics and advice.
 		{method: "GET", path: "/v1/stats", handle: (*Server).getStats, need: capRead(fsm.AreaAllocations)},
 		{method: "GET", path: "/v1/recommendations", handle: (*Server).getRecommendations, need: capRead(fsm.AreaAllocations)},

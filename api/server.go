@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/events"
 	"github.com/dmsc/dmsc/fsm"
 )
 
@@ -33,6 +34,9 @@ type Backend interface {
 	RaftConfiguration() (cluster.RaftConfiguration, error)
 	RemovePeer(ctx context.Context, id string) error
 	ReadmitPeer(ctx context.Context, id string) error
+	// SubscribeEvents reads the node's event buffer after an index (0:
+	// from now on).
+	SubscribeEvents(after uint64) (*events.Subscription, error)
 	SnapshotSave(ctx context.Context, w io.Writer) (cluster.ReadMeta, error)
 	SnapshotRestore(ctx context.Context, r io.Reader) error
 	Keyring(ctx context.Context, op cluster.KeyringOp, key string) (cluster.KeyringResult, error)
@@ -114,6 +118,14 @@ type Options struct {
 	MaxSnapshotUploads int
 	// Auditor, when set, receives a record of every write request.
 	Auditor Auditor
+
+	// The event stream (events.go): a heartbeat line after EventHeartbeat
+	// without events; a reader that takes no line within
+	// EventWriteTimeout is cut off; at most MaxEventStreams streams at
+	// once (they hold no request slot).
+	EventHeartbeat    time.Duration
+	EventWriteTimeout time.Duration
+	MaxEventStreams   int
 }
 
 func (o *Options) fillDefaults() {
@@ -141,6 +153,15 @@ func (o *Options) fillDefaults() {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
+	if o.EventHeartbeat <= 0 {
+		o.EventHeartbeat = DefaultEventHeartbeat
+	}
+	if o.EventWriteTimeout <= 0 {
+		o.EventWriteTimeout = DefaultEventWriteTimeout
+	}
+	if o.MaxEventStreams <= 0 {
+		o.MaxEventStreams = DefaultMaxEventStreams
+	}
 	o.fillLimitDefaults()
 }
 
@@ -156,6 +177,7 @@ type Server struct {
 	clients  *clientSlots
 	load     *loadWindow
 	uploads  chan struct{}
+	streams  chan struct{}
 }
 
 // New returns the API over a node.
@@ -171,6 +193,7 @@ func New(b Backend, opts Options) *Server {
 		clients:  &clientSlots{max: opts.MaxInFlightPerClient, n: map[string]int{}},
 		load:     &loadWindow{now: time.Now},
 		uploads:  make(chan struct{}, opts.MaxSnapshotUploads),
+		streams:  make(chan struct{}, opts.MaxEventStreams),
 	}
 	s.metrics = newMetrics(s)
 	table := routes()

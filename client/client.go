@@ -340,7 +340,7 @@ func (a *answer) writeMeta() *WriteMeta {
 
 // namespacedPath reports whether a route acts in a namespace.
 func namespacedPath(path string) bool {
-	for _, p := range []string{"/v1/allocations", "/v1/queue", "/v1/history", "/v1/stats", "/v1/recommendations"} {
+	for _, p := range []string{"/v1/allocations", "/v1/queue", "/v1/history", "/v1/stats", "/v1/recommendations", "/v1/event/stream"} {
 		if path == p || strings.HasPrefix(path, p+"/") {
 			return true
 		}

@@ -105,6 +105,9 @@ var (
 	// ErrStorage: the server cannot write its storage (a full disk) and
 	// does not answer from its replica. Retryable on another node.
 	ErrStorage = sentinel(wire.CodeStorageFailed, "server cannot write its storage")
+	// ErrIndexTooOld: the event stream's index is older than the node's
+	// buffer of events; read the state again and stream from its index.
+	ErrIndexTooOld = sentinel(wire.CodeIndexTooOld, "events after that index are no longer buffered")
 	// ErrFeatureUnavailable: the write needs a newer dmsc than some
 	// servers run (a rolling upgrade in progress); nothing was written.
 	ErrFeatureUnavailable = sentinel(wire.CodeFeatureUnavailable, "not every server supports this write yet")

@@ -110,7 +110,9 @@ func TestLeaseRenewer(t *testing.T) {
 	c := oneGPU(t)
 	ctx := ctxT(t)
 	req := gpuRequest
-	req.LeaseTTL = client.Duration(600 * time.Millisecond)
+	// A TTL that leaves a renewal a second to land on a loaded machine.
+	const ttl = 1500 * time.Millisecond
+	req.LeaseTTL = client.Duration(ttl)
 	a, _, err := c.Allocate(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -121,8 +123,13 @@ func TestLeaseRenewer(t *testing.T) {
 	}
 	start := time.Now()
 	// Past twice the TTL, which the node's 100ms tick would have expired.
-	waitFor(t, 10*time.Second, "renewals", func() error {
-		if r.Renewals() < 4 || time.Since(start) < 1200*time.Millisecond {
+	waitFor(t, 20*time.Second, "renewals", func() error {
+		select {
+		case <-r.Done():
+			t.Fatalf("renewer stopped after %d renewals: %v", r.Renewals(), r.Err())
+		default:
+		}
+		if r.Renewals() < 4 || time.Since(start) < 2*ttl {
 			return errors.New("not yet")
 		}
 		return nil

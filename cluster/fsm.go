@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/dmsc/dmsc/events"
 	"github.com/dmsc/dmsc/fsm"
 )
 
@@ -58,6 +59,10 @@ type RaftFSM struct {
 	// applies counts the commands this replica applied, by type (since
 	// the process started; not replicated, not in snapshots).
 	applies [256]atomic.Uint64
+
+	// events holds what the recent commands changed (the event stream),
+	// published under mu as each entry applies.
+	events *events.Buffer
 }
 
 // CommandsApplied returns how many commands of type t this replica has
@@ -112,7 +117,21 @@ var (
 
 // NewRaftFSM wraps a state (usually fsm.New()).
 func NewRaftFSM(s *fsm.State) *RaftFSM {
-	return &RaftFSM{state: s, advance: make(chan struct{}), haltCh: make(chan struct{})}
+	s.EnableEvents()
+	return &RaftFSM{state: s, advance: make(chan struct{}), haltCh: make(chan struct{}),
+		events: events.New(0, s.LastIndex())}
+}
+
+// Events is the buffer of the events this replica's commands made.
+func (f *RaftFSM) Events() *events.Buffer { return f.events }
+
+// PublishLocal adds an event this server observed rather than applied (a
+// leader change) at the index applied so far.
+func (f *RaftFSM) PublishLocal(ev fsm.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ev.Index = f.applied
+	f.events.Publish(f.applied, []fsm.Event{ev})
 }
 
 // Halted is closed once the FSM has met an entry it cannot apply.
@@ -162,6 +181,7 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			if changed {
 				f.modified = l.Index
 			}
+			f.events.Publish(l.Index, f.state.TakeEvents())
 			out[i] = res
 		}
 		if l.Index > f.applied {
@@ -281,6 +301,7 @@ func (f *RaftFSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	s.EnableEvents()
 	f.mu.Lock()
 	f.state = s
 	if applied < f.applied {
@@ -293,6 +314,7 @@ func (f *RaftFSM) Restore(rc io.ReadCloser) error {
 	}
 	f.applied, f.modified = applied, modified
 	f.restartCheckpointsLocked()
+	f.events.Reset(applied)
 	f.mu.Unlock()
 	f.notify()
 	return nil

@@ -222,6 +222,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.watchLeader()
 	if existing {
 		if err := markMember(n.cfg.DataDir); n.cfg.DataDir != "" && err != nil {
 			n.log.Warn("could not write the member marker", "error", err)
@@ -710,6 +711,9 @@ func (n *Node) closeAll(ctx context.Context) error {
 	}
 	n.mu.Unlock()
 	n.cancelBase()
+	if n.fsm != nil {
+		n.fsm.Events().Close() // event streams end
+	}
 	var errs []error
 	if n.rpcSrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -100,6 +100,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	a.Policy = pc.Policy
 	s.shapes.add(&a.Request)
 	s.agg.dev.added++
+	s.emitAlloc(a, EventCreated)
 
 	if p := s.place(&a.Request, pc); p != nil {
 		s.allocs[a.ID] = a
@@ -128,6 +129,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 		a.Reason = "no capacity"
 		s.history.add(a)
 		s.aggLiveEnter(a)
+		s.emitAlloc(a, string(Failed))
 		return Result{Allocation: a.clone(), Err: &Error{Code: ErrNoCapacity.Code, Message: why.Summary, WhyNot: why}}
 	}
 	a.Deadline = s.now + int64(a.Request.Timeout)
@@ -135,13 +137,16 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	s.aggLiveEnter(a)
 	s.queue.ReplaceOrInsert(queueKeyOf(a))
 	s.timers.ReplaceOrInsert(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
+	s.emitAlloc(a, EventQueued)
+	s.emitQueue(a, EventEnqueued)
 	return Result{Allocation: a.clone()}
 }
 
 // activate gives a pending allocation the devices of a placement.
 func (s *State) activate(a *Allocation, p *placement) {
 	s.aggLiveLeave(a)
-	if a.Status == Pending && a.Deadline != 0 {
+	dequeued := a.Status == Pending && a.Deadline != 0
+	if dequeued {
 		s.queue.Delete(queueKeyOf(a))
 		s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
 	}
@@ -171,6 +176,10 @@ func (s *State) activate(a *Allocation, p *placement) {
 		}
 	}
 	s.aggLiveEnter(a)
+	if dequeued {
+		s.emitQueue(a, EventDequeued)
+	}
+	s.emitAlloc(a, EventPlaced)
 }
 
 // endAllocation moves a live allocation to a final status and frees what
@@ -199,6 +208,7 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 			s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
 		}
 	}
+	wasQueued := a.Status == Pending
 	a.Status = status
 	a.Reason = reason
 	a.EndedAt = s.now
@@ -206,6 +216,10 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 	delete(s.allocs, a.ID)
 	s.history.add(a)
 	s.aggEnded(a)
+	if wasQueued {
+		s.emitQueue(a, EventDequeued)
+	}
+	s.emitAlloc(a, string(status))
 }
 
 // notLive explains why a command in namespace ns cannot act on an
@@ -261,6 +275,7 @@ func (s *State) renew(c *Renew) Result {
 	a.LeaseExpiresAt = s.now + int64(ttl)
 	a.ModifyIndex = s.last
 	s.timers.ReplaceOrInsert(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
+	s.emitAlloc(a, EventRenewed)
 	return Result{Allocation: a.clone()}
 }
 

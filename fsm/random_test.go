@@ -65,6 +65,9 @@ func TestRandomLog(t *testing.T) {
 	g := newCmdGen(rng)
 
 	primary, second := fsm.New(), fsm.New()
+	primary.EnableEvents()
+	second.EnableEvents()
+	events := newEventCheck()
 	// Replicas restored from a snapshot of the primary at these points
 	// apply the rest of the log alongside it.
 	restoreAt := map[int]bool{}
@@ -139,6 +142,23 @@ func TestRandomLog(t *testing.T) {
 				fail(i, &st, "replica restored after command %d gave another result:\n%s\n%s", r.from, resJSON, got)
 			}
 		}
+		// Every replica records the same events; they make lifecycles
+		// that agree with the state.
+		evs := primary.TakeEvents()
+		evJSON := eventsJSON(evs)
+		if got := eventsJSON(second.TakeEvents()); got != evJSON {
+			fail(i, &st, "second replica recorded other events:\n%s\n%s", evJSON, got)
+		}
+		for _, r := range replicas {
+			if got := eventsJSON(r.s.TakeEvents()); got != evJSON {
+				fail(i, &st, "replica restored after command %d recorded other events:\n%s\n%s", r.from, evJSON, got)
+			}
+		}
+		applied := res.Index == idx && (res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity))
+		if err := events.step(primary, idx, applied, evs); err != nil {
+			fail(i, &st, "events: %v", err)
+		}
+		stats["events"] += len(evs)
 
 		if err := primary.CheckInvariants(); err != nil {
 			fail(i, &st, "invariant violated: %v", err)
@@ -205,6 +225,7 @@ func TestRandomLog(t *testing.T) {
 			if got := r.SnapshotBytes(); !bytes.Equal(got, snap) {
 				fail(i, &st, "restored state writes another snapshot")
 			}
+			r.EnableEvents()
 			replicas = append(replicas, replica{s: r, from: i + 1})
 		}
 		if (i+1)%1000 == 0 || i == n-1 {

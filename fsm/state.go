@@ -15,6 +15,11 @@ type State struct {
 	seq  uint64
 	last uint64 // index of the last applied command
 
+	// eventsOn makes commands record events (events.go) in events, which
+	// are not part of the state.
+	eventsOn bool
+	events   []Event
+
 	hosts   map[string]*Host
 	devices map[string]*Device
 	// allocs holds live (pending and active) allocations.
@@ -104,7 +109,7 @@ func (s *State) Apply(idx uint64, c Command) Result {
 			return s.cachedResult(e)
 		}
 	}
-	prevNow, prevLast := s.now, s.last
+	prevNow, prevLast, prevEvents := s.now, s.last, len(s.events)
 	if m.Time > s.now {
 		s.now = m.Time
 	}
@@ -114,6 +119,7 @@ func (s *State) Apply(idx uint64, c Command) Result {
 	if res.Err != nil && !isRecorded(res.Err) {
 		// Refused: nothing changed, not even the clock.
 		s.now, s.last = prevNow, prevLast
+		s.events = s.events[:prevEvents]
 		return res
 	}
 	if m.RequestID != "" {
@@ -240,10 +246,12 @@ func (s *State) registerHost(c *RegisterHost) Result {
 	}
 
 	h := s.hosts[c.Host.ID]
+	hostEvent := EventUpdated
 	if h == nil {
 		h = &Host{HostSpec: c.Host, Since: s.now}
 		s.hosts[h.ID] = h
 		s.head.hostIDs = nil
+		hostEvent = EventRegistered
 	}
 	delete(s.head.hosts, h.ID)
 	h.HostSpec = c.Host
@@ -265,6 +273,7 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		for _, aid := range append([]string(nil), d.Allocations...) {
 			s.endAllocation(s.allocs[aid], Lost, "device "+id+" removed or changed")
 		}
+		s.emitDevice(d, EventRemoved)
 		s.unindex(d)
 		s.removeClassDevice(d)
 		s.aggDeviceChanging(id)
@@ -298,12 +307,14 @@ func (s *State) registerHost(c *RegisterHost) Result {
 		h.Devices = insertSorted(h.Devices, d.ID)
 		s.hostDevicesChanged(h)
 		s.reindex(d)
+		s.emitDevice(d, EventRegistered)
 	}
 	for _, t := range DeviceTypes {
 		if h.load[t] != nil {
 			s.refreshLoad(h, t)
 		}
 	}
+	s.emitHost(h, hostEvent)
 	s.kickQueue()
 	return Result{}
 }
@@ -353,6 +364,7 @@ func (s *State) removeHost(c *RemoveHost) Result {
 	s.loseHostAllocations(h, "host "+h.ID+" removed")
 	for _, id := range h.Devices {
 		d := s.devices[id]
+		s.emitDevice(d, EventRemoved)
 		s.unindex(d)
 		s.removeClassDevice(d)
 		s.aggDeviceChanging(id)
@@ -363,6 +375,7 @@ func (s *State) removeHost(c *RemoveHost) Result {
 	delete(s.hosts, h.ID)
 	delete(s.head.hosts, h.ID)
 	s.head.hostIDs = nil
+	s.emitHost(h, EventRemoved)
 	return Result{}
 }
 
@@ -399,6 +412,7 @@ func (s *State) setHostStatus(c *SetHostStatus) Result {
 	for _, id := range h.Devices {
 		s.reindex(s.devices[id])
 	}
+	s.emitHost(h, EventUpdated)
 	if c.Up {
 		s.kickQueue()
 	}
@@ -419,6 +433,7 @@ func (s *State) setDeviceStatus(c *SetDeviceStatus) Result {
 	s.unindex(d)
 	d.Status = c.Status
 	s.reindex(d)
+	s.emitDevice(d, EventUpdated)
 	if c.Status == Available {
 		s.kickQueue()
 	}
@@ -432,6 +447,7 @@ func (s *State) setPolicy(c *SetPolicy) Result {
 	if c.Pool != "" {
 		if c.Config.Policy == "" {
 			delete(s.poolPolicies, c.Pool)
+			s.emitPolicy("", c.Pool, PolicyConfig{}, EventDeleted)
 			s.kickQueue()
 			return Result{}
 		}
@@ -439,6 +455,7 @@ func (s *State) setPolicy(c *SetPolicy) Result {
 			return Result{Err: errf(ErrInvalid, "unknown policy %q", c.Config.Policy)}
 		}
 		s.poolPolicies[c.Pool] = c.Config
+		s.emitPolicy("", c.Pool, c.Config, EventUpdated)
 		s.kickQueue()
 		return Result{}
 	}
@@ -449,6 +466,7 @@ func (s *State) setPolicy(c *SetPolicy) Result {
 		return Result{Err: errf(ErrInvalid, "unknown policy %q", c.Config.Policy)}
 	}
 	s.typePolicies[c.DeviceType] = c.Config
+	s.emitPolicy(c.DeviceType, "", c.Config, EventUpdated)
 	s.kickQueue()
 	return Result{}
 }

@@ -379,26 +379,36 @@ func (c *allocStatusCommand) Help() string {
 Usage: dmsc alloc status [options] <allocation-id>
 
   Shows an allocation, live or from the history: its request, devices,
-  times, and for a pending or refused one why it is not placed.`, "")
+  times, and for a pending or refused one why it is not placed.`, `
+  -watch
+      Then follow it live (the event stream): one line per change, until
+      it ends (released, expired, timed out, ...) or Ctrl-C.`)
 }
 
 func (c *allocStatusCommand) Run(args []string) int {
 	fs := c.flags("alloc status")
+	watch := fs.Bool("watch", false, "")
 	pos, ok := c.parse(fs, args, "<allocation-id>")
 	if !ok {
 		return exitUsage
 	}
 	return c.run(func(ctx context.Context, cl *client.Client) error {
-		a, _, err := cl.Allocation(ctx, pos[0], nil)
+		a, meta, err := cl.Allocation(ctx, pos[0], nil)
 		if err != nil {
 			return err
 		}
 		if c.json {
 			c.printJSON(a)
+		} else {
+			c.output(formatAllocation(a))
+		}
+		if !*watch || allocEnded(a.Status) {
 			return nil
 		}
-		c.output(formatAllocation(a))
-		return nil
+		if !c.json {
+			c.ui.Output("")
+		}
+		return c.watchAllocation(ctx, cl, a, meta.Index)
 	})
 }
 

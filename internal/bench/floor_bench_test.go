@@ -18,6 +18,7 @@ import (
 	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/events"
 	"github.com/dmsc/dmsc/fsm"
 )
 
@@ -209,6 +210,9 @@ func (m *memBackend) SnapshotSave(context.Context, io.Writer) (cluster.ReadMeta,
 	return cluster.ReadMeta{}, cluster.ErrNotServer
 }
 func (m *memBackend) SnapshotRestore(context.Context, io.Reader) error { return cluster.ErrNotServer }
+func (m *memBackend) SubscribeEvents(after uint64) (*events.Subscription, error) {
+	return m.f.Events().Subscribe(after)
+}
 func (m *memBackend) Keyring(context.Context, cluster.KeyringOp, string) (cluster.KeyringResult, error) {
 	return cluster.KeyringResult{}, cluster.ErrNotServer
 }

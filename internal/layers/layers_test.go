@@ -33,6 +33,8 @@ var layers = []struct {
 	{"wire", []string{"client/wire"}},
 	// The scheduler's state machine.
 	{"fsm", []string{"fsm"}},
+	// A replica's recent events, for the event stream.
+	{"events", []string{"events"}},
 	// Node-to-node traffic.
 	{"transport", []string{"transport/..."}},
 	// A running node: Raft, gossip, forwarding.

@@ -1,0 +1,223 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dmsc/dmsc/fsm"
+)
+
+func ev(index uint64, key string) fsm.Event {
+	return fsm.Event{Topic: fsm.TopicAllocation, Type: fsm.EventPlaced, Key: key, Index: index}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// indexes reads from sub until it has n batches, and returns their
+// indexes.
+func indexes(t *testing.T, sub *Subscription, n int) []uint64 {
+	t.Helper()
+	var out []uint64
+	for len(out) < n {
+		bs, err := sub.Next(ctxT(t))
+		if err != nil {
+			t.Fatalf("after %v: %v", out, err)
+		}
+		for _, b := range bs {
+			out = append(out, b.Index)
+		}
+	}
+	return out
+}
+
+func TestOrderAndResume(t *testing.T) {
+	b := New(100, 0)
+	live, err := b.Subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 5; i++ {
+		b.Publish(i*10, []fsm.Event{ev(i*10, "a"), ev(i*10, "b")})
+	}
+	b.Publish(60, nil) // no events: no batch
+	if got := indexes(t, live, 5); !slices.Equal(got, []uint64{10, 20, 30, 40, 50}) {
+		t.Fatalf("live subscriber read %v", got)
+	}
+	for _, tc := range []struct {
+		after uint64
+		want  []uint64
+	}{
+		{after: 25, want: []uint64{30, 40, 50}},
+		{after: 30, want: []uint64{40, 50}},
+		{after: 1, want: []uint64{10, 20, 30, 40, 50}},
+	} {
+		sub, err := b.Subscribe(tc.after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := indexes(t, sub, len(tc.want)); !slices.Equal(got, tc.want) {
+			t.Fatalf("after %d: read %v, want %v", tc.after, got, tc.want)
+		}
+	}
+	// A resumed reader goes on with what is published later.
+	resumed, _ := b.Subscribe(45)
+	b.Publish(55, []fsm.Event{ev(55, "c")})
+	if got := indexes(t, resumed, 2); !slices.Equal(got, []uint64{50, 55}) {
+		t.Fatalf("resumed after 45: %v", got)
+	}
+	// Subscribing with 0 starts with what comes next.
+	sub, _ := b.Subscribe(0)
+	b.Publish(200, []fsm.Event{ev(200, "d")})
+	if got := indexes(t, sub, 1); !slices.Equal(got, []uint64{200}) {
+		t.Fatalf("from now: %v", got)
+	}
+}
+
+// A replica behind the index a reader resumes after publishes the
+// batches up to it later: the reader does not get them.
+func TestResumeOnReplicaBehind(t *testing.T) {
+	b := New(100, 0)
+	b.Publish(1, []fsm.Event{ev(1, "a")})
+	sub, err := b.Subscribe(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(2); i <= 5; i++ {
+		b.Publish(i, []fsm.Event{ev(i, "a")})
+	}
+	if got := indexes(t, sub, 2); !slices.Equal(got, []uint64{4, 5}) {
+		t.Fatalf("resumed after 3 on a replica at 1: %v", got)
+	}
+}
+
+func TestIndexTooOld(t *testing.T) {
+	b := New(4, 7) // knows nothing up to 7
+	if _, err := b.Subscribe(3); !errors.Is(err, ErrIndexTooOld) {
+		t.Fatalf("before the start: %v", err)
+	}
+	if _, err := b.Subscribe(7); err != nil {
+		t.Fatalf("at the start: %v", err)
+	}
+	for i := uint64(8); i <= 13; i++ {
+		b.Publish(i, []fsm.Event{ev(i, "x")})
+	}
+	// 4 events held: 10..13; the events of 8 and 9 are gone.
+	if b.Oldest() != 9 {
+		t.Fatalf("oldest %d, want 9", b.Oldest())
+	}
+	if _, err := b.Subscribe(8); !errors.Is(err, ErrIndexTooOld) {
+		t.Fatalf("after a dropped batch: %v", err)
+	}
+	sub, err := b.Subscribe(9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := indexes(t, sub, 4); !slices.Equal(got, []uint64{10, 11, 12, 13}) {
+		t.Fatalf("read %v", got)
+	}
+}
+
+// A reader that falls behind by more than the buffer is cut off, and
+// publishing never waited for it.
+func TestSlowSubscriberCut(t *testing.T) {
+	b := New(8, 0)
+	slow, _ := b.Subscribe(0)
+	fast, _ := b.Subscribe(0)
+	var read atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for {
+			bs, err := fast.Next(context.Background())
+			if err != nil {
+				done <- err
+				return
+			}
+			read.Add(int64(len(bs)))
+			if read.Load() == 1000 {
+				done <- nil
+				return
+			}
+		}
+	}()
+	for i := uint64(1); i <= 1000; i++ {
+		b.Publish(i, []fsm.Event{ev(i, "x")})
+		for read.Load() < int64(i)-4 { // the fast reader keeps up
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the reader that kept up: %v", err)
+	}
+	if _, err := slow.Next(ctxT(t)); !errors.Is(err, ErrSlow) {
+		t.Fatalf("the slow reader: %v", err)
+	}
+}
+
+func TestResetAndClose(t *testing.T) {
+	b := New(100, 0)
+	sub, _ := b.Subscribe(0)
+	b.Publish(1, []fsm.Event{ev(1, "x")})
+	b.Reset(50)
+	if _, err := sub.Next(ctxT(t)); !errors.Is(err, ErrReset) {
+		t.Fatalf("after a reset: %v", err)
+	}
+	if _, err := b.Subscribe(10); !errors.Is(err, ErrIndexTooOld) {
+		t.Fatalf("before the reset's index: %v", err)
+	}
+	sub, err := b.Subscribe(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Publish(51, []fsm.Event{ev(51, "y")})
+	if got := indexes(t, sub, 1); !slices.Equal(got, []uint64{51}) {
+		t.Fatalf("after the reset: %v", got)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := sub.Next(context.Background())
+		waiting <- err
+	}()
+	b.Close()
+	if err := <-waiting; !errors.Is(err, ErrClosed) {
+		t.Fatalf("a waiting reader at close: %v", err)
+	}
+	if _, err := b.Subscribe(0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("subscribe after close: %v", err)
+	}
+}
+
+func TestNextEndsWithContext(t *testing.T) {
+	b := New(10, 0)
+	sub, _ := b.Subscribe(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := sub.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next with nothing published: %v", err)
+	}
+}
+
+func TestMemoOncePerBatch(t *testing.T) {
+	b := New(10, 0)
+	s1, _ := b.Subscribe(0)
+	s2, _ := b.Subscribe(0)
+	b.Publish(1, []fsm.Event{ev(1, "x")})
+	calls := 0
+	f := func(evs []fsm.Event) any { calls++; return len(evs) }
+	for _, s := range []*Subscription{s1, s2} {
+		bs, err := s.Next(ctxT(t))
+		if err != nil || len(bs) != 1 || bs[0].Memo(f).(int) != 1 {
+			t.Fatalf("%v %v", bs, err)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("memo computed %d times", calls)
+	}
+}
