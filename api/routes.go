@@ -104,6 +104,7 @@ func routes() []route {
 		{method: "DELETE", path: "/v1/cluster/raft/peers/{id}", handle: (*Server).removePeer, need: capWrite(fsm.AreaOperator)},
 		{method: "DELETE", path: "/v1/cluster/raft/removed/{id}", handle: (*Server).readmitPeer, need: capWrite(fsm.AreaOperator)},
 		{method: "GET", path: "/v1/agent/self", handle: (*Server).getAgentSelf, need: capRead(fsm.AreaAgent)},
+		{method: "GET", path: "/v1/agent/monitor", handle: (*Server).monitor, exempt: true, need: capRead(fsm.AreaAgent)},
 		{method: "GET", path: "/v1/snapshot", handle: (*Server).saveSnapshot, need: capWrite(fsm.AreaOperator)},
 		{method: "PUT", path: "/v1/snapshot", handle: (*Server).restoreSnapshot, stream: true, need: capWrite(fsm.AreaOperator)},
 

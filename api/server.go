@@ -93,6 +93,9 @@ type Options struct {
 	MaxAllocateWait time.Duration
 	// Logger receives request logs at debug level and errors.
 	Logger hclog.Logger
+	// Logs, when set, is the agent's log that GET /v1/agent/monitor
+	// streams (monitor.go).
+	Logs LogSource
 
 	// Abuse limits (guard.go, limits.go, audit.go, snapshot.go).
 

@@ -208,7 +208,7 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 	extraReady.Store(!cfg.Dev)
 	srv := newHTTPServer(apiHandler(node, cfg, httpExtras{
 		ready: extraReady.Load, loopbackOnly: isLoopbackListener(ln), snapshotDir: dataDir, auditor: auditor,
-	}, logger.Named("http")), logger.Named("http"))
+	}, logger.Named("http"), logger), logger.Named("http"))
 	serveErr := make(chan error, 1)
 	httpLn := limitListener(ln, cfg, tlsStore != nil, logger.Named("http"))
 	go func() { serveErr <- srv.Serve(httpsListener(httpLn, tlsStore, cfg)) }()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/dmsc/dmsc/api"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/agentconfig"
@@ -57,11 +58,11 @@ func TestAgentHostRegistersWithServer(t *testing.T) {
 	var mu sync.Mutex
 	nodes := map[string]*cluster.Node{}
 	defaultHandler := apiHandler
-	apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, x httpExtras, logger hclog.Logger) http.Handler {
+	apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, x httpExtras, logger hclog.Logger, logs api.LogSource) http.Handler {
 		mu.Lock()
 		nodes[cfg.NodeName] = node
 		mu.Unlock()
-		return defaultHandler(node, cfg, x, logger)
+		return defaultHandler(node, cfg, x, logger, logs)
 	}
 	t.Cleanup(func() { apiHandler = defaultHandler })
 

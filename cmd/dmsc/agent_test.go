@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dmscclient "github.com/dmsc/dmsc/client"
 )
 
 // built is the binary the tests run, built once.
@@ -176,6 +178,13 @@ func TestAgentDevSmoke(t *testing.T) {
 		t.Fatalf("no hint for the user in the log:\n%s", logs.text())
 	}
 
+	// dmsc monitor's stream carries what the agent logs from then on.
+	checkMonitor(t, "http://"+addr, func() {
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}, "SIGHUP: nothing to reload")
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -214,4 +223,29 @@ func TestAgentRefusesBadConfig(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), "dmsc v"+version) {
 		t.Fatalf("dmsc version: %v %s", err, out)
 	}
+}
+
+// checkMonitor follows the log of the agent at addr, does what, and waits
+// for a line that contains want.
+func checkMonitor(t *testing.T, addr string, what func(), want string) {
+	t.Helper()
+	cl, err := dmscclient.New(dmscclient.Config{Addresses: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lines, err := cl.Monitor(ctx, "debug", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	what()
+	var seen []string
+	for l := range lines {
+		if strings.Contains(l, want) {
+			return
+		}
+		seen = append(seen, l)
+	}
+	t.Fatalf("monitor: no line with %q in 10 s; lines:\n%s", want, strings.Join(seen, "\n"))
 }

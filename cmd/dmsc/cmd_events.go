@@ -214,11 +214,49 @@ func (c *allocStatusCommand) printWatched(a *client.Allocation) {
 // allocEnded reports whether an allocation with status s has ended.
 func allocEnded(s client.AllocStatus) bool { return s != client.Pending && s != client.Active }
 
-// eventCommands are the event stream's subcommands.
+// eventCommands are the commands that follow the cluster live.
 func eventCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	return map[string]cli.CommandFactory{
-		"events": func() (cli.Command, error) { return &eventsCommand{apiCommand{ui: ui}}, nil },
+		"events":  func() (cli.Command, error) { return &eventsCommand{apiCommand{ui: ui}}, nil },
+		"monitor": func() (cli.Command, error) { return &monitorCommand{apiCommand{ui: ui}}, nil },
 	}
 }
 
 var _ flag.Value = (*multiFlag)(nil)
+
+// monitorCommand is `dmsc monitor`.
+type monitorCommand struct{ apiCommand }
+
+func (c *monitorCommand) Synopsis() string { return "Stream an agent's log" }
+
+func (c *monitorCommand) Help() string {
+	return helpText(`
+Usage: dmsc monitor [options]
+
+  Streams the log of the agent at -address (the first, if several), live,
+  at the level asked for whatever the agent's own, until interrupted.`, `
+  -log-level=<level>
+      trace, debug, info, warn or error. Default: info.
+
+  -log-json
+      hclog's JSON lines instead of text.`)
+}
+
+func (c *monitorCommand) Run(args []string) int {
+	fs := c.flags("monitor")
+	level := fs.String("log-level", "info", "")
+	logJSON := fs.Bool("log-json", false, "")
+	if _, ok := c.parse(fs, args); !ok {
+		return exitUsage
+	}
+	return c.run(func(ctx context.Context, cl *client.Client) error {
+		lines, err := cl.Monitor(ctx, *level, *logJSON)
+		if err != nil {
+			return err
+		}
+		for l := range lines {
+			c.ui.Output(l)
+		}
+		return nil
+	})
+}

@@ -15,7 +15,7 @@ import (
 // configuration summary. ready reports extra conditions of this agent
 // (the dev agent's sample inventory); /v1/ready checks them after the
 // node's own readiness. A variable, so that tests can wrap it.
-var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, x httpExtras, logger hclog.Logger) http.Handler {
+var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, x httpExtras, logger hclog.Logger, logs api.LogSource) http.Handler {
 	return api.New(node, api.Options{
 		Ready:        x.ready,
 		LoopbackOnly: x.loopbackOnly,
@@ -42,5 +42,6 @@ var apiHandler = func(node *cluster.Node, cfg *agentconfig.Config, x httpExtras,
 		EnableDebug: cfg.EnableDebug,
 		ACLEnabled:  cfg.ACLEnabled,
 		Logger:      logger,
+		Logs:        logs,
 	})
 }

@@ -278,13 +278,14 @@ func hclogLevel(s string) (hclog.Level, error) {
 }
 
 // Logger is the agent's root logger: level and format from the
-// configuration, written to w.
-func (c *Config) Logger(w io.Writer) hclog.Logger {
+// configuration, written to w. More sinks may be added to it (dmsc
+// monitor streams the agent's log through one).
+func (c *Config) Logger(w io.Writer) hclog.InterceptLogger {
 	level, err := hclogLevel(c.LogLevel)
 	if err != nil {
 		level = hclog.Info
 	}
-	return hclog.New(&hclog.LoggerOptions{
+	return hclog.NewInterceptLogger(&hclog.LoggerOptions{
 		Name:            "dmsc",
 		Level:           level,
 		Output:          w,
