@@ -25,6 +25,7 @@ const (
 	DefaultEventHeartbeat    = 5 * time.Second
 	DefaultEventWriteTimeout = 10 * time.Second
 	DefaultMaxEventStreams   = 4096
+	DefaultEventCoalesce     = 50 * time.Millisecond
 )
 
 var errIndexTooOld = func(msg string) *apiError {
@@ -103,17 +104,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	may := s.eventAccess(r.Context(), ns)
 
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	sendLine := func(line []byte) error {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.EventWriteTimeout))
-		if _, err := w.Write(line); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	sendLine := s.startStream(w, "application/x-ndjson")
 	send := func(b wire.EventBatch) error {
 		line, _ := json.Marshal(b)
 		return sendLine(append(line, '\n'))
@@ -122,6 +113,13 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	for {
+		// Reads at most every EventCoalesce: under a high write rate each
+		// wake-up then takes many batches in one write, so a stream costs
+		// the node a bounded number of wake-ups and writes per second
+		// however fast the cluster changes.
+		if !sleepCtx(r.Context(), s.opts.EventCoalesce) {
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.EventHeartbeat)
 		batches, err := sub.Next(ctx)
 		cancel()
@@ -142,26 +140,52 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 			_ = send(wire.EventBatch{Error: streamError(err)})
 			return nil
 		}
+		// What Next returned goes out in one write: under load that is
+		// many batches per system call, not one.
+		var out []byte
 		for _, b := range batches {
-			enc := b.Memo(encodeBatch).(*encodedBatch)
-			var out []wire.Event
+			var keep []int
 			for i := range b.Events {
 				if ev := &b.Events[i]; topics.match(ev) && may(ev) {
-					out = append(out, enc.events[i])
+					keep = append(keep, i)
 				}
 			}
-			switch {
-			case len(out) == 0:
-				continue
-			case len(out) == len(b.Events):
-				err = sendLine(enc.line)
-			default:
-				err = send(wire.EventBatch{Index: b.Index, Events: out})
+			if len(keep) == 0 {
+				continue // nothing to encode for this reader
 			}
-			if err != nil {
-				return nil // too slow to take a line, or gone
+			enc := b.Memo(encodeBatch).(*encodedBatch)
+			evs := make([]wire.Event, len(keep))
+			for j, i := range keep {
+				evs[j] = enc.events[i]
+			}
+			switch {
+			case len(evs) == len(b.Events):
+				out = append(out, enc.line...)
+			default:
+				line, _ := json.Marshal(wire.EventBatch{Index: b.Index, Events: evs})
+				out = append(append(out, line...), '\n')
 			}
 		}
+		if len(out) > 0 && sendLine(out) != nil {
+			return nil // too slow to take the lines, or gone
+		}
+	}
+}
+
+// startStream answers 200 with a body of ctype that goes on, and returns
+// the function that writes a piece of it at once; a reader that does not
+// take it within EventWriteTimeout makes it fail.
+func (s *Server) startStream(w http.ResponseWriter, ctype string) func([]byte) error {
+	w.Header().Set("Content-Type", ctype)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	return func(b []byte) error {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.EventWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 }
 
@@ -249,4 +273,16 @@ func eventToWire(ev *fsm.Event) wire.Event {
 	}
 	raw, _ := json.Marshal(payload)
 	return wire.Event{Topic: string(ev.Topic), Type: ev.Type, Key: ev.Key, Namespace: ev.Namespace, Index: ev.Index, Payload: raw}
+}
+
+// sleepCtx waits d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
+	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
 )
 
@@ -270,8 +271,9 @@ func TestEventStreamACL(t *testing.T) {
 // waiting for it.
 func TestEventStreamSlowReaderCut(t *testing.T) {
 	e := newEnv(t, Options{EventWriteTimeout: 200 * time.Millisecond})
+	e.b.f = cluster.NewRaftFSMBuffering(fsm.New(), 1000) // a round is 4,000 events
 	srv := newStreamServer(t, e)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/event/stream", nil)
 	resp, err := srv.Client().Do(req)
@@ -308,7 +310,9 @@ func TestEventStreamSlowReaderCut(t *testing.T) {
 			}
 			break
 		}
-		seen = max(seen, b.Index)
+		if seen = max(seen, b.Index); seen >= last {
+			break
+		}
 	}
 	if seen >= last {
 		t.Fatalf("the stalled reader got every event (through index %d)", seen)

@@ -76,17 +76,8 @@ func (s *Server) monitor(w http.ResponseWriter, r *http.Request) error {
 	s.opts.Logs.RegisterSink(adapter)
 	defer s.opts.Logs.DeregisterSink(adapter)
 
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.EventWriteTimeout))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	send := s.startStream(w, "text/plain; charset=utf-8")
+	write := func(b []byte) bool { return send(b) == nil }
 	if !write(nil) {
 		return nil
 	}

@@ -129,6 +129,9 @@ type Options struct {
 	EventHeartbeat    time.Duration
 	EventWriteTimeout time.Duration
 	MaxEventStreams   int
+	// EventCoalesce is the least time between two reads of a stream's
+	// buffer: what arrived meanwhile goes out in one write.
+	EventCoalesce time.Duration
 }
 
 func (o *Options) fillDefaults() {
@@ -164,6 +167,9 @@ func (o *Options) fillDefaults() {
 	}
 	if o.MaxEventStreams <= 0 {
 		o.MaxEventStreams = DefaultMaxEventStreams
+	}
+	if o.EventCoalesce <= 0 {
+		o.EventCoalesce = DefaultEventCoalesce
 	}
 	o.fillLimitDefaults()
 }

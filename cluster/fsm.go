@@ -116,10 +116,13 @@ var (
 )
 
 // NewRaftFSM wraps a state (usually fsm.New()).
-func NewRaftFSM(s *fsm.State) *RaftFSM {
+func NewRaftFSM(s *fsm.State) *RaftFSM { return NewRaftFSMBuffering(s, events.DefaultSize) }
+
+// NewRaftFSMBuffering is NewRaftFSM with a buffer of the latest n events.
+func NewRaftFSMBuffering(s *fsm.State, n int) *RaftFSM {
 	s.EnableEvents()
 	return &RaftFSM{state: s, advance: make(chan struct{}), haltCh: make(chan struct{}),
-		events: events.New(0, s.LastIndex())}
+		events: events.New(n, s.LastIndex())}
 }
 
 // Events is the buffer of the events this replica's commands made.

@@ -94,6 +94,15 @@ Usage: dmsc bench [options]
   -seed=<n>
       Seed of the clients' draws. Default 1.
 
+  -event-streams=<n>
+      Keep n event streams (every topic, every namespace) open and
+      reading through the run, to measure what subscribers cost the
+      writes. Default 0.
+
+  -event-topic=<topic>
+      The streams' topic (repeat for more; Topic:key for one key).
+      Default: every topic.
+
   -cpuprofile=<file>
       Write a CPU profile of this process for the measured run (with
       -local it covers the servers too).`)
@@ -113,6 +122,7 @@ func (c *benchCommand) Run(args []string) int {
 		quick        bool
 		seed         uint64
 		cpuProfile   string
+		streams      int
 		addressGiven bool
 	)
 	fs.IntVar(&local, "local", 0, "")
@@ -126,6 +136,9 @@ func (c *benchCommand) Run(args []string) int {
 	fs.BoolVar(&quick, "quick", false, "")
 	fs.Uint64Var(&seed, "seed", 1, "")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "")
+	fs.IntVar(&streams, "event-streams", 0, "")
+	var streamTopics multiFlag
+	fs.Var(&streamTopics, "event-topic", "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
@@ -158,8 +171,8 @@ func (c *benchCommand) Run(args []string) int {
 		return c.usageError("bench", "-local-storage is disk or memory, not %q", storage)
 	case clients < 1 || duration <= 0 || hosts < 1 || gpusPerHost < 1:
 		return c.usageError("bench", "-clients, -duration, -hosts and -gpus-per-host must be positive")
-	case retries < 0:
-		return c.usageError("bench", "-retries must not be negative")
+	case retries < 0 || streams < 0:
+		return c.usageError("bench", "-retries and -event-streams must not be negative")
 	}
 
 	progress := c.progress
@@ -231,7 +244,7 @@ func (c *benchCommand) Run(args []string) int {
 	fmt.Fprintf(progress, "bench: %d clients for %v, mix %s\n", clients, duration, mix)
 	res, err := bench.Run(ctx, cl, bench.Config{
 		Clients: clients, Duration: duration, Mix: mix, Hosts: inv, Nodes: nodes, Seed: seed, Progress: progress,
-		Connections: connections,
+		Connections: connections, EventStreams: streams, EventTopics: streamTopics,
 	})
 	stopProfile()
 	if err != nil {

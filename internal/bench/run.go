@@ -38,6 +38,11 @@ type Config struct {
 	// the clients run; nil prints nothing.
 	Progress         io.Writer
 	ProgressInterval time.Duration
+	// EventStreams is the number of event stream subscribers that read
+	// through the run, spread over the nodes as the client spreads reads;
+	// EventTopics their topics (none: every topic).
+	EventStreams int
+	EventTopics  []string
 	// Connections, when set, counts the HTTP connections the nodes have
 	// accepted so far (cluster.LocalCluster.Connections); the
 	// result then reports how many the run opened.
@@ -68,6 +73,10 @@ type Result struct {
 	// during the run (only with Config.Connections): with keep-alive
 	// working, about one per client and node.
 	NewConnections int64 `json:"new_connections,omitempty"`
+	// EventStreams is Config.EventStreams; EventsReceived how many events
+	// they read in all during the run.
+	EventStreams   int   `json:"event_streams,omitempty"`
+	EventsReceived int64 `json:"events_received,omitempty"`
 	// ByOp breaks the figures down by operation.
 	ByOp map[string]OpResult `json:"by_op"`
 }
@@ -137,6 +146,12 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 		defer releaseHeld(workers)
 	}
 
+	var received atomic.Int64
+	stopStreams, err := startStreams(ctx, cl, cfg.EventStreams, cfg.EventTopics, &received)
+	if err != nil {
+		return nil, err
+	}
+	defer stopStreams()
 	var conns0 int64
 	if cfg.Connections != nil {
 		conns0 = cfg.Connections()
@@ -158,6 +173,7 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	cpu := processCPU() - cpu0
 	stopProgress()
 	r := summarize(&cfg, workers, elapsed)
+	r.EventStreams, r.EventsReceived = cfg.EventStreams, received.Load()
 	r.ProcessCPUS = round3(cpu.Seconds())
 	if cfg.Connections != nil {
 		r.NewConnections = cfg.Connections() - conns0
@@ -166,6 +182,27 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 		r.CPUMSPerOp = round3(ms(cpu) / float64(r.Ops))
 	}
 	return r, nil
+}
+
+// startStreams opens n event streams of topics that count the events
+// they read in received until stop is called.
+func startStreams(ctx context.Context, cl *client.Client, n int, topics []string, received *atomic.Int64) (stop func(), err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop = func() { cancel(); wg.Wait() }
+	for range n {
+		ch, err := cl.Events(sctx, topics, 0)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("bench: event stream: %w", err)
+		}
+		wg.Go(func() {
+			for b := range ch {
+				received.Add(int64(len(b.Events)))
+			}
+		})
+	}
+	return stop, nil
 }
 
 // takeHeld gives every worker an allocation to read and renew.
@@ -368,6 +405,9 @@ func (r *Result) Format() string {
 	fmt.Fprintf(&b, "Inventory %d hosts, %d GPUs\n", r.Hosts, r.Devices)
 	fmt.Fprintf(&b, "Mix       %s\n", r.Mix)
 	fmt.Fprintf(&b, "Duration  %.1fs\n", r.DurationS)
+	if r.EventStreams > 0 {
+		fmt.Fprintf(&b, "Streams   %d event streams read %d events\n", r.EventStreams, r.EventsReceived)
+	}
 	fmt.Fprintf(&b, "Ops       %d ok, %d failed\n", r.Ops, r.Failed)
 	fmt.Fprintf(&b, "Ops/s     %.0f\n", r.OpsPerSec)
 	if r.ProcessCPUS > 0 {
