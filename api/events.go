@@ -102,6 +102,11 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if len(topics) == 1 {
+		for t := range topics {
+			sub.Only(t) // batches without it need not wake this stream
+		}
+	}
 	may := s.eventAccess(r.Context(), ns)
 
 	sendLine := s.startStream(w, "application/x-ndjson")

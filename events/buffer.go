@@ -74,9 +74,12 @@ type Buffer struct {
 	floor uint64
 	// epoch grows at every Reset: a subscription of an older epoch is
 	// cut off.
-	epoch  uint64
-	wake   chan struct{}
-	closed bool
+	epoch uint64
+	wake  chan struct{}
+	// topicWake wakes the readers of one topic only: closed when a
+	// batch with an event of the topic is published (made on demand).
+	topicWake map[fsm.Topic]chan struct{}
+	closed    bool
 }
 
 // New returns a buffer of size events (DefaultSize when size ≤ 0) that
@@ -113,8 +116,44 @@ func (b *Buffer) Publish(index uint64, evs []fsm.Event) {
 		b.batches = append([]Batch(nil), b.batches[b.head:]...)
 		b.head = 0
 	}
+	b.wakeAll(evs)
+}
+
+// wakeAll wakes the readers of every topic, and of the topics of evs
+// (all of them when evs is nil). Called with mu held.
+func (b *Buffer) wakeAll(evs []fsm.Event) {
 	close(b.wake)
 	b.wake = make(chan struct{})
+	if evs == nil {
+		for t, ch := range b.topicWake {
+			close(ch)
+			delete(b.topicWake, t)
+		}
+		return
+	}
+	for i := range evs {
+		if ch, ok := b.topicWake[evs[i].Topic]; ok {
+			close(ch)
+			delete(b.topicWake, evs[i].Topic)
+		}
+	}
+}
+
+// wakeOf is the channel a reader of topic t waits on ("" or an unknown
+// topic: every publish). Called with mu held.
+func (b *Buffer) wakeOf(t fsm.Topic) chan struct{} {
+	if t == "" {
+		return b.wake
+	}
+	if b.topicWake == nil {
+		b.topicWake = map[fsm.Topic]chan struct{}{}
+	}
+	ch, ok := b.topicWake[t]
+	if !ok {
+		ch = make(chan struct{})
+		b.topicWake[t] = ch
+	}
+	return ch
 }
 
 // Reset forgets every event: the replica restored a snapshot at index.
@@ -126,8 +165,7 @@ func (b *Buffer) Reset(index uint64) {
 	b.batches, b.head, b.count = nil, 0, 0
 	b.floor = max(b.floor, index)
 	b.epoch++
-	close(b.wake)
-	b.wake = make(chan struct{})
+	b.wakeAll(nil)
 }
 
 // Close ends every subscription with ErrClosed.
@@ -136,7 +174,7 @@ func (b *Buffer) Close() {
 	defer b.mu.Unlock()
 	if !b.closed {
 		b.closed = true
-		close(b.wake)
+		b.wakeAll(nil)
 	}
 }
 
@@ -155,7 +193,15 @@ type Subscription struct {
 	// after: batches of this index or below are skipped (a replica
 	// behind the index asked for publishes them later).
 	after uint64
+	// topic, when set, is the one topic the reader wants: it is woken
+	// only by batches with an event of it (Only).
+	topic fsm.Topic
 }
+
+// Only says the reader wants events of topic t alone, so that batches
+// without one do not wake it (Next still returns every batch; the
+// reader filters). Readers of several topics are woken by every batch.
+func (s *Subscription) Only(t fsm.Topic) { s.topic = t }
 
 // Subscribe starts reading after index after: the first batch read is the
 // first one above it. after 0 starts with what is published from now on.
@@ -215,7 +261,7 @@ func (s *Subscription) Next(ctx context.Context) ([]Batch, error) {
 			b.mu.Unlock()
 			return out, nil
 		}
-		wake := b.wake
+		wake := b.wakeOf(s.topic)
 		b.mu.Unlock()
 		select {
 		case <-wake:

@@ -221,3 +221,33 @@ func TestMemoOncePerBatch(t *testing.T) {
 		t.Fatalf("memo computed %d times", calls)
 	}
 }
+
+// A reader of one topic is not woken by batches without it, and then
+// reads every batch since.
+func TestOnlyTopicWakes(t *testing.T) {
+	b := New(100, 0)
+	sub, _ := b.Subscribe(0)
+	sub.Only(fsm.TopicLeader)
+	b.mu.Lock()
+	leader, all := b.wakeOf(fsm.TopicLeader), b.wakeOf("")
+	b.mu.Unlock()
+	closed := func(ch chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	b.Publish(1, []fsm.Event{ev(1, "a")})
+	if closed(leader) || !closed(all) {
+		t.Fatalf("an Allocation batch: Leader readers woken %v, all readers %v", closed(leader), closed(all))
+	}
+	b.Publish(2, []fsm.Event{{Topic: fsm.TopicLeader, Type: fsm.EventElected, Key: "s1", Index: 2}})
+	if !closed(leader) {
+		t.Fatal("a Leader batch did not wake the Leader readers")
+	}
+	if got := indexes(t, sub, 2); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("the Leader reader read %v", got)
+	}
+}
