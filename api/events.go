@@ -28,7 +28,7 @@ const (
 	DefaultEventCoalesce     = 50 * time.Millisecond
 )
 
-var errIndexTooOld = func(msg string) *apiError {
+func errIndexTooOld(msg string) *apiError {
 	return &apiError{status: http.StatusGone, code: wire.CodeIndexTooOld, msg: msg}
 }
 
@@ -82,19 +82,15 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 			return badParam("index", v, "want a log index")
 		}
 	}
-	ns := q.Get("namespace")
-	switch {
-	case ns == "":
-		ns = fsm.DefaultNamespace
-	case ns != "*" && !fsm.ValidNamespace(ns):
-		return badParam("namespace", ns, "want 1 to 64 letters, digits, '-', '_' or '.' (or * for every namespace the token may read)")
+	ns, err := requestNamespace(r, route{}) // a read: "*" is every namespace the token may read
+	if err != nil {
+		return err
 	}
-	select {
-	case s.streams <- struct{}{}:
-		defer func() { <-s.streams }()
-	default:
-		return errTooManyStreams
+	release, err := s.takeStream()
+	if err != nil {
+		return err
 	}
+	defer release()
 	sub, err := s.b.SubscribeEvents(after)
 	if errors.Is(err, events.ErrIndexTooOld) {
 		return errIndexTooOld(err.Error())
@@ -147,33 +143,51 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		}
 		// What Next returned goes out in one write: under load that is
 		// many batches per system call, not one.
-		var out []byte
-		for _, b := range batches {
-			var keep []int
-			for i := range b.Events {
-				if ev := &b.Events[i]; topics.match(ev) && may(ev) {
-					keep = append(keep, i)
-				}
-			}
-			if len(keep) == 0 {
-				continue // nothing to encode for this reader
-			}
-			enc := b.Memo(encodeBatch).(*encodedBatch)
-			evs := make([]wire.Event, len(keep))
-			for j, i := range keep {
-				evs[j] = enc.events[i]
-			}
-			switch {
-			case len(evs) == len(b.Events):
-				out = append(out, enc.line...)
-			default:
-				line, _ := json.Marshal(wire.EventBatch{Index: b.Index, Events: evs})
-				out = append(append(out, line...), '\n')
-			}
-		}
+		out := streamLines(batches, func(ev *fsm.Event) bool { return topics.match(ev) && may(ev) })
 		if len(out) > 0 && sendLine(out) != nil {
 			return nil // too slow to take the lines, or gone
 		}
+	}
+}
+
+// streamLines is the stream's lines of batches, of the events keep keeps:
+// a batch kept whole is its line made once for every reader (Memo); a
+// batch none of whose events is kept is not encoded at all.
+func streamLines(batches []events.Batch, keep func(*fsm.Event) bool) []byte {
+	var out []byte
+	for _, b := range batches {
+		var kept []int
+		for i := range b.Events {
+			if keep(&b.Events[i]) {
+				kept = append(kept, i)
+			}
+		}
+		if len(kept) == 0 {
+			continue
+		}
+		enc := b.Memo(encodeBatch).(*encodedBatch)
+		if len(kept) == len(b.Events) {
+			out = append(out, enc.line...)
+			continue
+		}
+		evs := make([]wire.Event, len(kept))
+		for j, i := range kept {
+			evs[j] = enc.events[i]
+		}
+		line, _ := json.Marshal(wire.EventBatch{Index: b.Index, Events: evs})
+		out = append(append(out, line...), '\n')
+	}
+	return out
+}
+
+// takeStream takes one of the node's stream slots (event streams and
+// monitors); release gives it back.
+func (s *Server) takeStream() (release func(), err error) {
+	select {
+	case s.streams <- struct{}{}:
+		return func() { <-s.streams }, nil
+	default:
+		return nil, errTooManyStreams
 	}
 }
 

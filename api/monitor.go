@@ -65,12 +65,11 @@ func (s *Server) monitor(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case s.streams <- struct{}{}:
-		defer func() { <-s.streams }()
-	default:
-		return errTooManyStreams
+	release, err := s.takeStream()
+	if err != nil {
+		return err
 	}
+	defer release()
 	sink := &monitorSink{lines: make(chan []byte, monitorBuffer)}
 	adapter := hclog.NewSinkAdapter(&hclog.LoggerOptions{Level: level, Output: sink, JSONFormat: jsonFormat})
 	s.opts.Logs.RegisterSink(adapter)

@@ -2,12 +2,12 @@ package client
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -64,6 +64,13 @@ func (c *Client) Events(ctx context.Context, topics []string, index uint64) (<-c
 	go func() {
 		defer close(ch)
 		after, first, failures := index, true, 0
+		// refused is why a stream never began: the caller gets it.
+		var refused error
+		defer func() {
+			if first {
+				started <- cmp.Or(refused, ctx.Err())
+			}
+		}()
 		for {
 			err := c.streamEvents(ctx, topics, after, func() {
 				if first {
@@ -80,17 +87,13 @@ func (c *Client) Events(ctx context.Context, topics []string, index uint64) (<-c
 					return false
 				}
 			})
-			if ctx.Err() != nil {
-				if first {
-					started <- ctx.Err()
-				}
+			switch {
+			case ctx.Err() != nil:
 				return
-			}
-			if !IsRetryable(err) {
-				if first {
-					started <- err
-					return
-				}
+			case !IsRetryable(err) && first:
+				refused = err
+				return
+			case !IsRetryable(err):
 				select {
 				case ch <- EventBatch{Err: err}:
 				case <-ctx.Done():
@@ -99,11 +102,7 @@ func (c *Client) Events(ctx context.Context, topics []string, index uint64) (<-c
 			}
 			failures++
 			c.log.Debug("event stream interrupted; resuming", "after", after, "error", err)
-			bound := min(c.cfg.RetryWait<<min(failures, 20), 5*time.Second)
-			if !sleepCtx(ctx, bound/2+rand.N(bound/2+1)) {
-				if first {
-					started <- ctx.Err()
-				}
+			if !retryPause(ctx, c.cfg.RetryWait, failures) {
 				return
 			}
 		}

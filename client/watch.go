@@ -60,8 +60,7 @@ func Watch[T any](ctx context.Context, opts *WatchOptions, read func(context.Con
 				return err
 			}
 			failures++
-			bound := min(DefaultRetryWait<<min(failures, 20), 5*time.Second)
-			if !sleepCtx(ctx, bound/2+rand.N(bound/2+1)) {
+			if !retryPause(ctx, DefaultRetryWait, failures) {
 				return ctx.Err()
 			}
 			continue
@@ -100,4 +99,12 @@ func (c *Client) WatchAllocation(ctx context.Context, id string, opts *WatchOpti
 		seen, last = true, a.ModifyIndex
 		return fn(a)
 	})
+}
+
+// retryPause waits before the next try of a long-lived read after
+// failures in a row: exponential from base, with jitter, at most 5 s. It
+// is false when ctx ended first.
+func retryPause(ctx context.Context, base time.Duration, failures int) bool {
+	bound := min(base<<min(failures, 20), 5*time.Second)
+	return sleepCtx(ctx, bound/2+rand.N(bound/2+1))
 }
