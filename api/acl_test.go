@@ -133,7 +133,7 @@ func TestRoutesCapabilityDocumented(t *testing.T) {
 func routePath(rt route) string {
 	p := strings.NewReplacer("{id}", "g1", "{pool}", "big", "{type}", "GPU", "{name}", "nosuch", "{accessor}", "nosuch").Replace(rt.path)
 	if strings.HasPrefix(rt.path, "/v1/hosts/") {
-		p = "/v1/hosts/h9"
+		p = strings.Replace(rt.path, "{id}", "h9", 1)
 	}
 	return p
 }

@@ -191,7 +191,11 @@ func hostToWire(h fsm.Host) wire.Host {
 	if devices == nil {
 		devices = []string{}
 	}
-	return wire.Host{ID: h.ID, Address: h.Address, Labels: h.Labels, Up: h.Up, Since: unixTime(h.Since), Devices: devices, InventoryHash: h.InventoryHash}
+	out := wire.Host{ID: h.ID, Address: h.Address, Labels: h.Labels, Up: h.Up, Since: unixTime(h.Since), Devices: devices, InventoryHash: h.InventoryHash}
+	if d := h.Drain; d != nil {
+		out.Drain = &wire.HostDrain{Since: unixTime(d.Since), Deadline: unixTime(d.Deadline), Ended: d.Ended}
+	}
+	return out
 }
 
 func policyConfigToWire(c fsm.PolicyConfig) wire.PolicyConfig {
@@ -216,8 +220,8 @@ func retentionFromWire(r wire.RetentionRequest) fsm.Retention {
 func outcomeCountsToWire(c fsm.OutcomeCounts) wire.OutcomeCounts {
 	return wire.OutcomeCounts{
 		Total: c.Total, Successful: c.Successful, Released: c.Released, Failed: c.Failed, TimedOut: c.TimedOut,
-		Preempted: c.Preempted, Expired: c.Expired, Lost: c.Lost, Cancelled: c.Cancelled, Active: c.Active,
-		Pending: c.Pending,
+		Preempted: c.Preempted, Expired: c.Expired, Lost: c.Lost, Cancelled: c.Cancelled, Drained: c.Drained,
+		Active: c.Active, Pending: c.Pending,
 	}
 }
 

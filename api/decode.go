@@ -85,6 +85,15 @@ func decodeDeviceStatus(r io.Reader, id string) (*fsm.SetDeviceStatus, error) {
 	return &fsm.SetDeviceStatus{Meta: fsm.Meta{RequestID: body.RequestID}, DeviceID: id, Status: fsm.DeviceStatus(body.Status)}, nil
 }
 
+// decodeHostDrain reads the optional body of POST /v1/hosts/{id}/drain.
+func decodeHostDrain(r io.Reader, id string) (*fsm.DrainHost, error) {
+	var body wire.HostDrainRequest
+	if err := decodeJSON(r, &body, true); err != nil {
+		return nil, err
+	}
+	return &fsm.DrainHost{Meta: fsm.Meta{RequestID: body.RequestID}, HostID: id, Enable: true, Deadline: body.Deadline.Std()}, nil
+}
+
 // decodeRegisterHost reads the body of PUT /v1/hosts/{id}.
 func decodeRegisterHost(r io.Reader, id string) (*fsm.RegisterHost, error) {
 	var body wire.RegisterHostRequest

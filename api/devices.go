@@ -126,6 +126,44 @@ func (s *Server) undrainDevice(w http.ResponseWriter, r *http.Request) error {
 	return s.setStatus(w, r, &fsm.SetDeviceStatus{Meta: fsm.Meta{RequestID: body.RequestID}, DeviceID: r.PathValue("id"), Status: fsm.Available})
 }
 
+// POST /v1/hosts/{id}/drain
+func (s *Server) drainHost(w http.ResponseWriter, r *http.Request) error {
+	cmd, err := decodeHostDrain(r.Body, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return s.setDrain(w, r, cmd)
+}
+
+// POST /v1/hosts/{id}/undrain
+func (s *Server) undrainHost(w http.ResponseWriter, r *http.Request) error {
+	body, err := decodeWrite(r.Body)
+	if err != nil {
+		return err
+	}
+	return s.setDrain(w, r, &fsm.DrainHost{Meta: fsm.Meta{RequestID: body.RequestID}, HostID: r.PathValue("id")})
+}
+
+// setDrain applies a host drain and answers the host.
+func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, cmd *fsm.DrainHost) error {
+	res, err := s.write(w, r, cmd, cmd.RequestID)
+	if err != nil {
+		return err
+	}
+	var (
+		h  fsm.Host
+		ok bool
+	)
+	if err := s.readAfter(w, r, res.Index, func(st *fsm.State) { h, ok = st.Host(cmd.HostID) }); err != nil {
+		return err
+	}
+	if !ok {
+		return notFound("host", cmd.HostID)
+	}
+	writeJSON(w, r, http.StatusOK, hostToWire(h))
+	return nil
+}
+
 // GET /v1/hosts
 func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) error {
 	var hosts []fsm.Host

@@ -75,6 +75,8 @@ func commandName(cmd fsm.Command) string {
 		return "set_host_status"
 	case fsm.SetDeviceStatusType:
 		return "set_device_status"
+	case fsm.DrainHostType:
+		return "drain_host"
 	case fsm.AllocateType:
 		return "allocate"
 	case fsm.ReleaseType:
@@ -219,7 +221,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}{
 			{fsm.Pending, n.Pending}, {fsm.Active, n.Active}, {fsm.Released, n.Released}, {fsm.Expired, n.Expired},
 			{fsm.TimedOut, n.TimedOut}, {fsm.Preempted, n.Preempted}, {fsm.Lost, n.Lost}, {fsm.Failed, n.Failed},
-			{fsm.Cancelled, n.Cancelled},
+			{fsm.Cancelled, n.Cancelled}, {fsm.Drained, n.Drained},
 		} {
 			gauge(descAllocations, float64(sc.count), typ, string(sc.status))
 		}

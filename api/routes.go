@@ -79,6 +79,8 @@ func routes() []route {
 		{method: "GET", path: "/v1/hosts/{id}", handle: (*Server).getHost, need: capRead(fsm.AreaDevices)},
 		{method: "PUT", path: "/v1/hosts/{id}", handle: (*Server).registerHost, hostBody: true, need: capability{area: fsm.AreaDevices, write: true, host: true}},
 		{method: "DELETE", path: "/v1/hosts/{id}", handle: (*Server).removeHost, need: capWrite(fsm.AreaDevices)},
+		{method: "POST", path: "/v1/hosts/{id}/drain", handle: (*Server).drainHost, need: capWrite(fsm.AreaDevices)},
+		{method: "POST", path: "/v1/hosts/{id}/undrain", handle: (*Server).undrainHost, need: capWrite(fsm.AreaDevices)},
 
 		// Pools, policies, retention.
 		{method: "GET", path: "/v1/pools", handle: (*Server).listPools, need: capRead(fsm.AreaPolicies)},

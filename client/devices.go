@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
 )
@@ -15,6 +16,8 @@ type (
 	Host = wire.Host
 	// RegisterHostRequest is a host and its static devices.
 	RegisterHostRequest = wire.RegisterHostRequest
+	// HostDrain is a host's drain.
+	HostDrain = wire.HostDrain
 )
 
 // DeviceFilter selects devices; empty fields select all.
@@ -120,4 +123,28 @@ func (c *Client) RegisterHost(ctx context.Context, id string, req RegisterHostRe
 func (c *Client) RemoveHost(ctx context.Context, id string) (*WriteMeta, error) {
 	rid := NewRequestID()
 	return c.write(ctx, http.MethodDelete, "/v1/hosts/"+esc(id), wire.WriteRequest{RequestID: rid}, rid, nil)
+}
+
+// DrainHost drains a host, as `nomad node drain` does: it takes no new
+// work at once; its running allocations keep their devices until they are
+// released, or until deadline (none when zero), when they end as drained.
+func (c *Client) DrainHost(ctx context.Context, id string, deadline time.Duration) (*Host, *WriteMeta, error) {
+	req := wire.HostDrainRequest{Deadline: wire.Duration(deadline), RequestID: NewRequestID()}
+	var h Host
+	meta, err := c.write(ctx, http.MethodPost, "/v1/hosts/"+esc(id)+"/drain", req, req.RequestID, &h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &h, meta, nil
+}
+
+// UndrainHost ends a host's drain: it takes new work again.
+func (c *Client) UndrainHost(ctx context.Context, id string) (*Host, *WriteMeta, error) {
+	rid := NewRequestID()
+	var h Host
+	meta, err := c.write(ctx, http.MethodPost, "/v1/hosts/"+esc(id)+"/undrain", wire.WriteRequest{RequestID: rid}, rid, &h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &h, meta, nil
 }

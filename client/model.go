@@ -83,4 +83,5 @@ const (
 	Lost      = wire.Lost
 	Failed    = wire.Failed
 	Cancelled = wire.Cancelled
+	Drained   = wire.Drained
 )

@@ -326,6 +326,10 @@ func (s *State) tick() {
 			break
 		}
 		s.timers.DeleteMin()
+		if k.kind == drainTimer {
+			freed = s.drainDue(k) || freed
+			continue
+		}
 		a := s.allocs[k.id]
 		if a == nil {
 			continue
@@ -376,6 +380,8 @@ func queueKeyLess(a, b queueKey) bool {
 const (
 	deadlineTimer uint8 = iota
 	leaseTimer
+	// drainTimer's id is a host's.
+	drainTimer
 )
 
 type timerKey struct {

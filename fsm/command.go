@@ -29,6 +29,7 @@ const (
 	ACLPolicyDeleteType  CommandType = 15
 	ACLTokenUpsertType   CommandType = 16
 	ACLTokenDeleteType   CommandType = 17
+	DrainHostType        CommandType = 18
 )
 
 // Meta is carried by every command: the client's request ID (a retried
@@ -74,6 +75,18 @@ type SetHostStatus struct {
 	Meta
 	HostID string `json:"host_id"`
 	Up     bool   `json:"up"`
+}
+
+// DrainHost starts or ends the drain of a host (Enable false ends it). A
+// drained host takes no new work; its active allocations keep their
+// devices until released, or until Deadline after the command's time,
+// when they end as drained. A zero Deadline waits for them however long
+// they run. Draining a drained host again sets its deadline anew.
+type DrainHost struct {
+	Meta
+	HostID   string        `json:"host_id"`
+	Enable   bool          `json:"enable"`
+	Deadline time.Duration `json:"deadline,omitempty"`
 }
 
 // SetDeviceStatus drains, marks unhealthy, or makes a device available.
@@ -148,6 +161,7 @@ func (*RegisterHost) Type() CommandType     { return RegisterHostType }
 func (*RemoveHost) Type() CommandType       { return RemoveHostType }
 func (*SetHostStatus) Type() CommandType    { return SetHostStatusType }
 func (*SetDeviceStatus) Type() CommandType  { return SetDeviceStatusType }
+func (*DrainHost) Type() CommandType        { return DrainHostType }
 func (*Allocate) Type() CommandType         { return AllocateType }
 func (*Release) Type() CommandType          { return ReleaseType }
 func (*Renew) Type() CommandType            { return RenewType }
@@ -173,6 +187,8 @@ func newCommand(t CommandType) Command {
 		return &SetHostStatus{}
 	case SetDeviceStatusType:
 		return &SetDeviceStatus{}
+	case DrainHostType:
+		return &DrainHost{}
 	case AllocateType:
 		return &Allocate{}
 	case ReleaseType:

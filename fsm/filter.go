@@ -78,7 +78,13 @@ type deviceFilter func(s *State, d *Device, cl *Claim) string
 var deviceFilters = []deviceFilter{
 	func(s *State, d *Device, _ *Claim) string {
 		h := s.hosts[d.Host]
-		return when(h == nil || !h.Up, "host down (device offline)")
+		switch {
+		case h == nil || !h.Up:
+			return "host down (device offline)"
+		case h.Drain != nil:
+			return "host drained"
+		}
+		return ""
 	},
 	func(_ *State, d *Device, _ *Claim) string {
 		return when(d.Status != Available, "status "+string(d.Status))
@@ -132,7 +138,7 @@ func wholeTake(c *class, cl *Claim) bool { return !c.shareable || cl.Amount.IsZe
 // share needs the device to have some free capacity, as the index does
 // (hasFree), so an amount within float noise of zero cannot overfill it.
 func (s *State) fits(d *Device, amt vec, whole bool, ov *overlay) bool {
-	if h := s.hosts[d.Host]; h == nil || !h.Up || d.Status != Available {
+	if h := s.hosts[d.Host]; h == nil || !h.Schedulable() || d.Status != Available {
 		return false
 	}
 	used, n := d.Used.vec(), len(d.Allocations)

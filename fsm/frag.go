@@ -220,7 +220,7 @@ func (d *fragDev) copies(fc *fragClaim) float64 {
 // spans of the types.
 func buildView(s *State, h *Host, ov *overlay, fc *fragClasses, hide func(*Device) bool, dst []fragDev, span *fragSpans) []fragDev {
 	*span = fragSpans{}
-	if !h.Up {
+	if !h.Schedulable() {
 		return dst
 	}
 	base := len(dst)

@@ -157,7 +157,7 @@ func (s *State) refile(e *hostEntry) {
 	old := e.filed
 	e.filed = nil
 	h := s.hosts[e.id]
-	if h != nil && h.Up {
+	if h != nil && h.Schedulable() {
 		e.figs = s.figuresOf(h)
 		for _, id := range h.Devices {
 			c := s.devices[id].cls

@@ -222,7 +222,7 @@ func deviceUtil(d *Device) float64 {
 // hasFree reports whether a device could take any allocation now.
 func (s *State) hasFree(d *Device) bool {
 	h := s.hosts[d.Host]
-	if h == nil || !h.Up || d.Status != Available {
+	if h == nil || !h.Schedulable() || d.Status != Available {
 		return false
 	}
 	if !d.Shareable || d.cls.primary < 0 {

@@ -10,7 +10,8 @@ import (
 // CheckInvariants verifies that the state holds together: no device is
 // over-committed, an exclusive device has at most one allocation, every
 // active allocation's devices exist, are on its host, are not offline and
-// list it back, the queue holds exactly the pending allocations, and the
+// list it back, none was placed on a drained host or outlived the drain's
+// deadline, the queue holds exactly the pending allocations, and the
 // derived index agrees with the devices, and the snapshot records kept
 // for hosts and devices are their current encodings, and the history's
 // records, entries, index and digest agree (history.check). It returns
@@ -180,6 +181,19 @@ func (s *State) checkDevice(id string) error {
 	}
 	if len(d.Allocations) > 0 && !h.Up {
 		return fmt.Errorf("device %s: offline with active allocations", id)
+	}
+	if dr := h.Drain; dr != nil {
+		if len(d.Allocations) > 0 && dr.Ended {
+			return fmt.Errorf("device %s: allocations kept past its host's drain deadline", id)
+		}
+		for _, aid := range d.Allocations {
+			if a := s.allocs[aid]; a != nil && a.AllocatedAt > dr.Since {
+				return fmt.Errorf("device %s: allocation %s placed on a drained host", id, aid)
+			}
+		}
+		if dr.Deadline != 0 && !dr.Ended && !s.timers.Has(timerKey{at: dr.Deadline, kind: drainTimer, id: h.ID}) {
+			return fmt.Errorf("host %s: drain deadline without its timer", h.ID)
+		}
 	}
 	if d.indexed != s.hasFree(d) {
 		return fmt.Errorf("device %s: indexed=%t but free=%t", id, d.indexed, s.hasFree(d))

@@ -185,9 +185,24 @@ type Host struct {
 	// a host registered through the API). A new leader skips
 	// re-registering a live host whose gossiped hash equals it.
 	InventoryHash string `json:"inventory_hash,omitempty"`
+	// Drain is set while the host is drained: it takes no new work.
+	Drain *HostDrain `json:"drain,omitempty"`
 
 	load map[DeviceType]*hostLoad
 }
+
+// HostDrain is a host's drain: since when, and the deadline (Unix
+// nanoseconds, 0 for none) at which the allocations still on it end as
+// drained. Ended says the deadline came and ended them.
+type HostDrain struct {
+	Since    int64 `json:"since"`
+	Deadline int64 `json:"deadline,omitempty"`
+	Ended    bool  `json:"ended,omitempty"`
+}
+
+// Schedulable reports whether the host can take new work: up and not
+// drained.
+func (h *Host) Schedulable() bool { return h.Up && h.Drain == nil }
 
 // LabelSelector says which device labels a request needs, prefers and refuses.
 type LabelSelector struct {
@@ -240,10 +255,11 @@ const (
 	Lost      AllocStatus = "lost"
 	Failed    AllocStatus = "failed"
 	Cancelled AllocStatus = "cancelled"
+	Drained   AllocStatus = "drained"
 )
 
 // AllocStatuses lists every status in a stable order.
-var AllocStatuses = []AllocStatus{Pending, Active, Released, Expired, TimedOut, Preempted, Lost, Failed, Cancelled}
+var AllocStatuses = []AllocStatus{Pending, Active, Released, Expired, TimedOut, Preempted, Lost, Failed, Cancelled, Drained}
 
 // Live reports whether the status is pending or active.
 func (s AllocStatus) Live() bool { return s == Pending || s == Active }

@@ -138,7 +138,7 @@ func (o inOrder) onHost(s *State, h *Host, q *query, ov *overlay) []Assignment {
 // (ties by ID). It returns nil if the host cannot take the request, and
 // the overlay that adds what it took to ov.
 func (s *State) takeOnHost(h *Host, q *query, order *deviceOrder, ov *overlay) ([]Assignment, *overlay) {
-	if h == nil || !h.Up {
+	if h == nil || !h.Schedulable() {
 		return nil, nil
 	}
 	// local is ov plus what this host took so far. It is copied from ov

@@ -28,6 +28,13 @@ func precheck(c Command) *Error {
 		return precheckID("host", c.HostID)
 	case *SetHostStatus:
 		return precheckID("host", c.HostID)
+	case *DrainHost:
+		if err := precheckID("host", c.HostID); err != nil {
+			return err
+		}
+		if c.Deadline < 0 || c.Deadline > MaxDuration {
+			return errf(ErrInvalid, "drain deadline %v out of [0, %v]", c.Deadline, MaxDuration)
+		}
 	case *SetDeviceStatus:
 		if err := precheckID("device", c.DeviceID); err != nil {
 			return err

@@ -46,7 +46,7 @@ func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placeme
 	}
 	for _, hid := range sortedKeys(s.hosts) {
 		h := s.hosts[hid]
-		if !h.Up {
+		if !h.Schedulable() {
 			continue
 		}
 		cands := s.victimsOn(h, &a.Request, limit)

@@ -212,6 +212,14 @@ func (v *publicView) check(afterTick bool) error {
 		if h == nil || !h.Up {
 			return fmt.Errorf("active allocation %s on missing or down host %q", a.ID, a.Host)
 		}
+		if dr := h.Drain; dr != nil {
+			if a.AllocatedAt > dr.Since {
+				return fmt.Errorf("allocation %s placed at %d on host %s, drained since %d", a.ID, a.AllocatedAt, h.ID, dr.Since)
+			}
+			if dr.Ended || (afterTick && dr.Deadline != 0 && dr.Deadline <= v.now) {
+				return fmt.Errorf("allocation %s still on host %s past its drain deadline %d (now %d)", a.ID, h.ID, dr.Deadline, v.now)
+			}
+		}
 		perClaim := make([]int, len(a.Request.Claims))
 		inClaim := map[string]bool{}
 		for _, as := range a.Devices {
@@ -380,7 +388,7 @@ func (v *publicView) fitHost(r *fsm.Request) string {
 		types[c.Type] = true
 	}
 	for _, h := range v.hosts {
-		if !h.Up {
+		if !h.Up || h.Drain != nil {
 			continue
 		}
 		ok := true

@@ -29,6 +29,7 @@ var finalTypes = map[string][]string{
 	string(fsm.Expired):   {fsm.EventPlaced, fsm.EventRenewed},
 	string(fsm.Preempted): {fsm.EventPlaced, fsm.EventRenewed},
 	string(fsm.Lost):      {fsm.EventPlaced, fsm.EventRenewed},
+	string(fsm.Drained):   {fsm.EventPlaced, fsm.EventRenewed},
 	string(fsm.TimedOut):  {fsm.EventQueued},
 	string(fsm.Cancelled): {fsm.EventQueued},
 	string(fsm.Failed):    {fsm.EventCreated},

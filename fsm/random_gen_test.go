@@ -110,8 +110,10 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 		st = g.tick()
 	case r < 710:
 		st = g.setDeviceStatus(v)
-	case r < 760:
+	case r < 740:
 		st = g.setHostStatus(v)
+	case r < 760:
+		st = g.drainHost(v)
 	case r < 820:
 		st = g.registerHost()
 	case r < 835:
@@ -387,6 +389,18 @@ func (g *cmdGen) setHostStatus(v *publicView) step {
 	h := v.hosts[g.rng.Intn(len(v.hosts))]
 	up := g.chance(55)
 	return step{kind: fmt.Sprintf("set host up=%t", up), cmd: &fsm.SetHostStatus{HostID: h.ID, Up: up}}
+}
+
+func (g *cmdGen) drainHost(v *publicView) step {
+	if len(v.hosts) == 0 {
+		return g.tick()
+	}
+	h := v.hosts[g.rng.Intn(len(v.hosts))]
+	c := &fsm.DrainHost{HostID: h.ID, Enable: g.chance(60)}
+	if c.Enable && g.chance(70) {
+		c.Deadline = time.Duration(g.rng.Intn(20)) * time.Second
+	}
+	return step{kind: fmt.Sprintf("drain host %t", c.Enable), cmd: c}
 }
 
 func (g *cmdGen) setDeviceStatus(v *publicView) step {

@@ -261,7 +261,7 @@ func TestRandomLog(t *testing.T) {
 	for _, k := range []string{"request id repeated", "error invalid_argument", "error not_found",
 		"error not_active", "error conflict", "error no_capacity", "outcome active", "outcome queued",
 		"outcome failed", "outcome preempting", "served from queue", "ended released", "ended lost",
-		"ended expired", "ended timed_out", "ended preempted", "ended cancelled"} {
+		"ended expired", "ended timed_out", "ended preempted", "ended cancelled", "ended drained", "drain host true", "drain host false"} {
 		if stats[k] == 0 {
 			t.Errorf("seed %d: the log never reached %q", seed, k)
 		}

@@ -53,6 +53,8 @@ type snapshotConfig struct {
 	// RemovedServers is absent when empty, so snapshots of states that
 	// never removed a server read as before.
 	RemovedServers map[string]int64 `json:"removed_servers,omitempty"`
+	// Drains are the drained hosts' drains, absent when none is.
+	Drains map[string]HostDrain `json:"drains,omitempty"`
 	// ACL is absent until ACLs are used.
 	ACL *aclSnapshot `json:"acl,omitempty"`
 }
@@ -87,6 +89,7 @@ func (s *State) snapshotConfig() snapshotConfig {
 		Retention:      s.retention,
 		Shapes:         s.shapes.list,
 		RemovedServers: s.removedServers,
+		Drains:         s.drains(),
 	}
 	if used, _ := s.ACLBootstrapped(); used || len(s.acl.policies) > 0 || len(s.acl.tokens) > 1 {
 		c.ACL = &aclSnapshot{BootstrapIndex: s.acl.bootstrapIndex, Policies: s.ACLPolicies(), Tokens: s.ACLTokens()}
@@ -246,6 +249,9 @@ func restoreV1(r io.Reader) (*State, error) {
 		}
 	}
 	if err := s.checkHostDevices(); err != nil {
+		return nil, err
+	}
+	if err := s.restoreDrains(snap.Drains); err != nil {
 		return nil, err
 	}
 	g := newStatsGather()
@@ -556,6 +562,9 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 		slices.Sort(devices)
 	}
 	if err := s.checkHostDevices(); err != nil {
+		return nil, err
+	}
+	if err := s.restoreDrains(c.Drains); err != nil {
 		return nil, err
 	}
 	sr.devs = make(map[string]restoredDev, len(s.devices))

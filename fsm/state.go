@@ -167,6 +167,8 @@ func (s *State) apply(idx uint64, c Command) Result {
 		return s.setHostStatus(c)
 	case *SetDeviceStatus:
 		return s.setDeviceStatus(c)
+	case *DrainHost:
+		return s.drainHost(c)
 	case *Allocate:
 		return s.allocate(idx, c)
 	case *Release:
@@ -285,14 +287,10 @@ func (s *State) registerHost(c *RegisterHost) Result {
 	}
 	// A registering host is up.
 	if !h.Up {
-		for _, id := range h.Devices {
-			s.unindex(s.devices[id])
-		}
-		h.Up = true
-		h.Since = s.now
-		for _, id := range h.Devices {
-			s.reindex(s.devices[id])
-		}
+		s.changeHost(h, func() {
+			h.Up = true
+			h.Since = s.now
+		})
 	}
 	for _, spec := range c.Devices {
 		if _, ok := s.devices[spec.ID]; ok {
@@ -362,6 +360,7 @@ func (s *State) removeHost(c *RemoveHost) Result {
 		return Result{Err: errf(ErrNotFound, "host %q", c.HostID)}
 	}
 	s.loseHostAllocations(h, "host "+h.ID+" removed")
+	s.setDrain(h, nil)
 	for _, id := range h.Devices {
 		d := s.devices[id]
 		s.emitDevice(d, EventRemoved)
@@ -404,14 +403,10 @@ func (s *State) setHostStatus(c *SetHostStatus) Result {
 	if !c.Up {
 		s.loseHostAllocations(h, "host "+h.ID+" down")
 	}
-	for _, id := range h.Devices {
-		s.unindex(s.devices[id])
-	}
-	h.Up = c.Up
-	h.Since = s.now
-	for _, id := range h.Devices {
-		s.reindex(s.devices[id])
-	}
+	s.changeHost(h, func() {
+		h.Up = c.Up
+		h.Since = s.now
+	})
 	s.emitHost(h, EventUpdated)
 	if c.Up {
 		s.kickQueue()
@@ -526,6 +521,10 @@ func hostView(h *Host) Host {
 	v := *h
 	v.load = nil
 	v.Devices = append([]string(nil), h.Devices...)
+	if h.Drain != nil {
+		d := *h.Drain
+		v.Drain = &d
+	}
 	return v
 }
 

@@ -42,6 +42,7 @@ type OutcomeCounts struct {
 	Expired   int `json:"expired"`
 	Lost      int `json:"lost"`
 	Cancelled int `json:"cancelled"`
+	Drained   int `json:"drained"`
 	Active    int `json:"active"`
 	Pending   int `json:"pending"`
 }
@@ -70,6 +71,8 @@ func (c *OutcomeCounts) add(a *Allocation) {
 		c.Lost++
 	case Cancelled:
 		c.Cancelled++
+	case Drained:
+		c.Drained++
 	case Active:
 		c.Active++
 	case Pending:
@@ -194,7 +197,7 @@ func onePool(p string) poolSet {
 // schedulable reports whether a device could take work now.
 func (s *State) schedulable(d *Device) bool {
 	h := s.hosts[d.Host]
-	return h != nil && h.Up && d.Status == Available
+	return h != nil && h.Schedulable() && d.Status == Available
 }
 
 // Stats returns statistics per device type: for each type, its total over

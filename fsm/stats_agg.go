@@ -239,6 +239,7 @@ func (c *OutcomeCounts) addSigned(a *Allocation, sign int) {
 	c.Expired += sign * one.Expired
 	c.Lost += sign * one.Lost
 	c.Cancelled += sign * one.Cancelled
+	c.Drained += sign * one.Drained
 	c.Active += sign * one.Active
 	c.Pending += sign * one.Pending
 }
@@ -775,6 +776,7 @@ func (bs aggSet) counts() OutcomeCounts {
 		c.Expired += b.counts.Expired
 		c.Lost += b.counts.Lost
 		c.Cancelled += b.counts.Cancelled
+		c.Drained += b.counts.Drained
 		c.Active += b.counts.Active
 		c.Pending += b.counts.Pending
 	}

@@ -11,7 +11,8 @@ import (
 // every server in the Raft configuration advertises at least the
 // command's level (cluster/DESIGN.md, "Rolling upgrades"). Level 1 is
 // the first release: command types 1–17, snapshot format 2 (format 1
-// still restores) and RegisterHost's inventory hash. A release that adds a command
+// still restores) and RegisterHost's inventory hash. Level 2 (0.2.0)
+// adds DrainHost. A release that adds a command
 // type raises the level by one and lists the type below with the level
 // and the first version that knows it. Levels only grow; a type never
 // changes level.
@@ -24,7 +25,7 @@ type Since struct {
 }
 
 // baseLevel is the level of this release without test knobs.
-const baseLevel = 1
+const baseLevel = 2
 
 // commandSince is the table of every command type this binary knows.
 var commandSince = map[CommandType]Since{
@@ -45,7 +46,11 @@ var commandSince = map[CommandType]Since{
 	ACLPolicyDeleteType:  {1, "0.1.0"},
 	ACLTokenUpsertType:   {1, "0.1.0"},
 	ACLTokenDeleteType:   {1, "0.1.0"},
+	DrainHostType:        {2, "0.2.0"},
 }
+
+// levelVersions is the first version of each feature level, from 1.
+var levelVersions = []string{"0.1.0", "0.2.0"}
 
 // TestNoopType is a command type known only to a binary started with the
 // test knob (EnableTestNoop): it stands for the command type a future
@@ -54,7 +59,7 @@ const TestNoopType CommandType = 250
 
 // testNoopSince is the level and version the test command pretends to
 // need.
-var testNoopSince = Since{Level: baseLevel + 1, Version: "0.2.0"}
+var testNoopSince = Since{Level: baseLevel + 1, Version: "0.3.0"}
 
 var testNoop atomic.Bool
 
@@ -90,10 +95,10 @@ func VersionOfLevel(level int) string {
 	if level == testNoopSince.Level && testNoop.Load() {
 		return testNoopSince.Version
 	}
-	if level <= baseLevel {
-		return "0.1.0"
+	if level < 1 || level > len(levelVersions) {
+		return ""
 	}
-	return ""
+	return levelVersions[level-1]
 }
 
 // TestNoop changes nothing. See EnableTestNoop.
@@ -123,8 +128,8 @@ func (e *NeedsUpgradeError) Error() string {
 	return fmt.Sprintf("command type %d, which %s", e.Type, e.Needs())
 }
 
-// Needs says what the command needs: "needs dmsc >= 0.2.0 (feature level
-// 2)", or less when the writer did not say.
+// Needs says what the command needs: "needs dmsc >= 0.3.0 (feature level
+// 3)", or less when the writer did not say.
 func (e *NeedsUpgradeError) Needs() string {
 	switch {
 	case e.Version != "" && e.Level > 0:

@@ -17,9 +17,18 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
+	"github.com/dmsc/dmsc/fsm"
 )
 
 var newVersionEnv = []string{"DMSC_TEST_EXTRA_COMMAND=1"}
+
+// oldLevel and newLevel are the feature levels the old and the new
+// version advertise: this build's, and the one the test command needs.
+var (
+	oldLevel    = fsm.FeatureLevel()
+	newSince, _ = fsm.CommandSince(fsm.TestNoopType)
+	newLevel    = newSince.Level
+)
 
 // writeNoop writes the new command type through p (which must run the new
 // version: only it serves the route).
@@ -101,7 +110,7 @@ func TestRollingUpgradeGatesNewCommand(t *testing.T) {
 	if _, err := c.Leader(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitLevels(ctx, c, s1, map[string]int{"s1": 2, "s2": 1, "s3": 1}); err != nil {
+	if err := waitLevels(ctx, c, s1, map[string]int{"s1": newLevel, "s2": oldLevel, "s3": oldLevel}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -111,7 +120,7 @@ func TestRollingUpgradeGatesNewCommand(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Body.Code != wire.CodeFeatureUnavailable || ae.Body.Retryable {
 		t.Fatalf("new command in a mixed cluster: %v, want 409 %s", err, wire.CodeFeatureUnavailable)
 	}
-	for _, want := range []string{"s2 (dmsc", "s3 (dmsc", "feature level 2"} {
+	for _, want := range []string{"s2 (dmsc", "s3 (dmsc", fmt.Sprintf("feature level %d", newLevel)} {
 		if !strings.Contains(ae.Body.Message, want) {
 			t.Errorf("refusal %q does not say %q", ae.Body.Message, want)
 		}
@@ -143,7 +152,7 @@ func TestRollingUpgradeGatesNewCommand(t *testing.T) {
 		}
 		allocate(t, ctx, c, c.Servers, gpuRequest(fmt.Sprintf("upgrade-during-%d", i), 1, ""))
 		if i == 0 {
-			if err := waitLevels(ctx, c, s1, map[string]int{"s1": 2, "s2": 2, "s3": 1}); err != nil {
+			if err := waitLevels(ctx, c, s1, map[string]int{"s1": newLevel, "s2": newLevel, "s3": oldLevel}); err != nil {
 				t.Fatal(err)
 			}
 			if err := writeNoop(ctx, c, s2, "noop-half"); !errors.As(err, &ae) || ae.Body.Code != wire.CodeFeatureUnavailable || !strings.Contains(ae.Body.Message, "s3 (dmsc") {
@@ -153,7 +162,7 @@ func TestRollingUpgradeGatesNewCommand(t *testing.T) {
 	}
 	// Every server new: accepted once the leader's gossip shows it.
 	for _, p := range c.Servers {
-		if err := waitLevels(ctx, c, p, map[string]int{"s1": 2, "s2": 2, "s3": 2}); err != nil {
+		if err := waitLevels(ctx, c, p, map[string]int{"s1": newLevel, "s2": newLevel, "s3": newLevel}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -217,7 +226,7 @@ func TestBypassedFeatureGateStopsOldServers(t *testing.T) {
 	if err := writeNoop(ctx, c, s1, "noop-bypassed"); err != nil {
 		t.Fatalf("new command with the gate off: %v", err)
 	}
-	const want = "has command type 250, which needs dmsc >= 0.2.0 (feature level 2); this server runs dmsc"
+	want := fmt.Sprintf("has command type 250, which needs dmsc >= %s (feature level %d); this server runs dmsc", newSince.Version, newLevel)
 	checkStopped := func(p *Process, what string) {
 		t.Helper()
 		if err := p.wait(30 * time.Second); err != nil {

@@ -73,10 +73,11 @@ const (
 	Lost      AllocStatus = "lost"
 	Failed    AllocStatus = "failed"
 	Cancelled AllocStatus = "cancelled"
+	Drained   AllocStatus = "drained"
 )
 
 // AllocStatuses lists every allocation status in a stable order.
-var AllocStatuses = []AllocStatus{Pending, Active, Released, Expired, TimedOut, Preempted, Lost, Failed, Cancelled}
+var AllocStatuses = []AllocStatus{Pending, Active, Released, Expired, TimedOut, Preempted, Lost, Failed, Cancelled, Drained}
 
 // Resources is an amount in every numeric dimension: a device's capacity,
 // a claim's threshold or the amount a shareable claim takes.

@@ -43,6 +43,7 @@ type OutcomeCounts struct {
 	Expired   int `json:"expired"`
 	Lost      int `json:"lost"`
 	Cancelled int `json:"cancelled"`
+	Drained   int `json:"drained"`
 	Active    int `json:"active"`
 	Pending   int `json:"pending"`
 }

@@ -321,6 +321,25 @@ type Host struct {
 	// registered with by the leader (empty for a host registered
 	// through the API).
 	InventoryHash string `json:"inventory_hash,omitempty"`
+	// Drain is set while the host is drained.
+	Drain *HostDrain `json:"drain,omitempty"`
+}
+
+// HostDrain is a host's drain: it takes no new work since Since; at
+// Deadline (none when zero) the allocations still on it end as drained,
+// and Ended says that happened.
+type HostDrain struct {
+	Since    time.Time `json:"since"`
+	Deadline time.Time `json:"deadline,omitzero"`
+	Ended    bool      `json:"ended,omitempty"`
+}
+
+// HostDrainRequest is the body of POST /v1/hosts/{id}/drain. Deadline is
+// how long running allocations may keep their devices; empty waits for
+// them to be released however long they run.
+type HostDrainRequest struct {
+	Deadline  Duration `json:"deadline,omitempty"`
+	RequestID string   `json:"request_id,omitempty"`
 }
 
 // NodeStatus is a node's health summary (GET /v1/ready, /v1/agent/self).

@@ -180,51 +180,7 @@ func (c *deviceSetCommand) Run(args []string) int {
 	})
 }
 
-// hostListCommand is `dmsc host list`.
-type hostListCommand struct{ apiCommand }
-
-func (c *hostListCommand) Synopsis() string { return "List hosts" }
-
-func (c *hostListCommand) Help() string {
-	return helpText(`
-Usage: dmsc host list [options]
-
-  Lists every host, sorted by ID: whether it is up and how many devices
-  it has.`, "")
-}
-
-func (c *hostListCommand) Run(args []string) int {
-	fs := c.flags("host list")
-	if _, ok := c.parse(fs, args); !ok {
-		return exitUsage
-	}
-	return c.run(func(ctx context.Context, cl *client.Client) error {
-		hosts, _, err := cl.Hosts(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if c.json {
-			c.printJSON(hosts)
-			return nil
-		}
-		if len(hosts) == 0 {
-			c.ui.Output("No hosts")
-			return nil
-		}
-		rows := make([][]string, len(hosts))
-		for i, h := range hosts {
-			state := "down"
-			if h.Up {
-				state = "up"
-			}
-			rows[i] = []string{h.ID, orDash(h.Address), state, fmt.Sprint(len(h.Devices)), formatMap(h.Labels), formatTime(h.Since)}
-		}
-		c.output(table([]string{"ID", "ADDRESS", "STATE", "DEVICES", "LABELS", "SINCE"}, rows))
-		return nil
-	})
-}
-
-// deviceCommands are the device and host subcommands.
+// deviceCommands are the device subcommands.
 func deviceCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	base := func() apiCommand { return apiCommand{ui: ui} }
 	set := func(verb string, st client.DeviceStatus) cli.CommandFactory {
@@ -240,9 +196,5 @@ func deviceCommands(ui cli.Ui) map[string]cli.CommandFactory {
 		"device drain":     set("drain", client.Draining),
 		"device undrain":   set("undrain", client.Available),
 		"device unhealthy": set("unhealthy", client.Unhealthy),
-		"host": func() (cli.Command, error) {
-			return &parentCommand{ui: ui, name: "host", synopsis: "List hosts", subs: []string{"list"}}, nil
-		},
-		"host list": func() (cli.Command, error) { return &hostListCommand{base()}, nil },
 	}
 }
