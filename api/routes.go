@@ -5,6 +5,7 @@ import (
 	"net/http/pprof"
 
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/ui"
 )
 
 // handlerFunc serves one route; an error it returns is answered as JSON.
@@ -129,6 +130,10 @@ func routes() []route {
 		{method: "PUT", path: "/v1/operator/keyring", handle: (*Server).useKey, need: capWrite(fsm.AreaOperator)},
 		{method: "DELETE", path: "/v1/operator/keyring", handle: (*Server).removeKey, need: capWrite(fsm.AreaOperator)},
 
+		// The web UI: its files need no token; what they read does.
+		{method: "GET", path: ui.Prefix, handle: serveUI, exempt: true, need: capAnyone},
+		{method: "GET", path: "/{$}", handle: serveUI, exempt: true, need: capAnyone},
+
 		// Probes and metrics.
 		{method: "GET", path: "/v1/health", handle: (*Server).getHealth, exempt: true, need: capAnyone},
 		{method: "GET", path: "/v1/ready", handle: (*Server).getReady, exempt: true, need: capAnyone},
@@ -142,4 +147,13 @@ func routes() []route {
 		{method: "POST", path: "/debug/pprof/symbol", handle: pprofRoute(pprof.Symbol), debug: true, need: capRead(fsm.AreaAgent)},
 		{method: "GET", path: "/debug/pprof/trace", handle: pprofRoute(pprof.Trace), debug: true, need: capRead(fsm.AreaAgent)},
 	}
+}
+
+// uiFiles serves the web UI's files.
+var uiFiles = ui.Handler()
+
+// serveUI serves the web UI under /ui/, and sends / there.
+func serveUI(_ *Server, w http.ResponseWriter, r *http.Request) error {
+	uiFiles.ServeHTTP(w, r)
+	return nil
 }

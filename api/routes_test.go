@@ -63,7 +63,7 @@ func TestRoutesServed(t *testing.T) {
 	e := newEnv(t, Options{EnableDebug: true})
 	e.seed()
 	for _, rt := range routes() {
-		path := strings.NewReplacer("{id}", "g1", "{pool}", "big", "{type}", "GPU").Replace(rt.path)
+		path := strings.NewReplacer("{id}", "g1", "{pool}", "big", "{type}", "GPU", "{$}", "").Replace(rt.path)
 		if rt.path == "/debug/pprof/profile" || rt.path == "/debug/pprof/trace" {
 			path += "?seconds=0"
 		}

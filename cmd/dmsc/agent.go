@@ -337,5 +337,6 @@ func registerSample(ctx context.Context, node *cluster.Node, log hclog.Logger, h
 		return nil
 	}
 	log.Info(fmt.Sprintf("try it from another terminal: export DMSC_ADDR=http://%s; dmsc alloc -type GPU -memory-gb 16; dmsc stats; dmsc recommend -type GPU", httpAddr))
+	log.Info(fmt.Sprintf("web UI: http://%s/ui", httpAddr))
 	return nil
 }

@@ -31,6 +31,8 @@ var layers = []struct {
 	{"certs", []string{"internal/certs"}},
 	// The JSON of the HTTP API, shared by the SDK and the server.
 	{"wire", []string{"client/wire"}},
+	// The web UI's files.
+	{"ui", []string{"ui"}},
 	// The scheduler's state machine.
 	{"fsm", []string{"fsm"}},
 	// A replica's recent events, for the event stream.
