@@ -81,21 +81,29 @@ func (s *Server) getDevice(w http.ResponseWriter, r *http.Request) error {
 
 // setStatus applies a device status and answers the device.
 func (s *Server) setStatus(w http.ResponseWriter, r *http.Request, cmd *fsm.SetDeviceStatus) error {
-	res, err := s.write(w, r, cmd, cmd.RequestID)
+	return writeAndShow(s, w, r, cmd, cmd.RequestID, "device", cmd.DeviceID, (*fsm.State).Device, deviceToWire)
+}
+
+// writeAndShow applies cmd and answers what read finds of id in the state
+// once the write is applied there, in its wire form; 404 (of what) when
+// it is gone.
+func writeAndShow[T, W any](s *Server, w http.ResponseWriter, r *http.Request, cmd fsm.Command, requestID, what, id string,
+	read func(*fsm.State, string) (T, bool), toWire func(T) W) error {
+	res, err := s.write(w, r, cmd, requestID)
 	if err != nil {
 		return err
 	}
 	var (
-		d  fsm.Device
+		v  T
 		ok bool
 	)
-	if err := s.readAfter(w, r, res.Index, func(st *fsm.State) { d, ok = st.Device(cmd.DeviceID) }); err != nil {
+	if err := s.readAfter(w, r, res.Index, func(st *fsm.State) { v, ok = read(st, id) }); err != nil {
 		return err
 	}
 	if !ok {
-		return notFound("device", cmd.DeviceID)
+		return notFound(what, id)
 	}
-	writeJSON(w, r, http.StatusOK, deviceToWire(d))
+	writeJSON(w, r, http.StatusOK, toWire(v))
 	return nil
 }
 
@@ -146,22 +154,7 @@ func (s *Server) undrainHost(w http.ResponseWriter, r *http.Request) error {
 
 // setDrain applies a host drain and answers the host.
 func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, cmd *fsm.DrainHost) error {
-	res, err := s.write(w, r, cmd, cmd.RequestID)
-	if err != nil {
-		return err
-	}
-	var (
-		h  fsm.Host
-		ok bool
-	)
-	if err := s.readAfter(w, r, res.Index, func(st *fsm.State) { h, ok = st.Host(cmd.HostID) }); err != nil {
-		return err
-	}
-	if !ok {
-		return notFound("host", cmd.HostID)
-	}
-	writeJSON(w, r, http.StatusOK, hostToWire(h))
-	return nil
+	return writeAndShow(s, w, r, cmd, cmd.RequestID, "host", cmd.HostID, (*fsm.State).Host, hostToWire)
 }
 
 // GET /v1/hosts
@@ -197,22 +190,7 @@ func (s *Server) registerHost(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.write(w, r, cmd, cmd.RequestID)
-	if err != nil {
-		return err
-	}
-	var (
-		h  fsm.Host
-		ok bool
-	)
-	if err := s.readAfter(w, r, res.Index, func(st *fsm.State) { h, ok = st.Host(cmd.Host.ID) }); err != nil {
-		return err
-	}
-	if !ok {
-		return notFound("host", cmd.Host.ID)
-	}
-	writeJSON(w, r, http.StatusOK, hostToWire(h))
-	return nil
+	return writeAndShow(s, w, r, cmd, cmd.RequestID, "host", cmd.Host.ID, (*fsm.State).Host, hostToWire)
 }
 
 // DELETE /v1/hosts/{id}

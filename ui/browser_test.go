@@ -301,11 +301,28 @@ func (b *browser) screenshot(name string) {
 	}
 }
 
+// eventually polls cond for 5 s; it fails the test with what cond last
+// saw.
+func eventually(t *testing.T, what string, cond func() (bool, any)) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %+v after 5 s", what, saw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // TestUIPages loads every page in a real browser, with no console error
 // and no failed request; sees an allocation made through the API appear
 // without a reload within 2 s; drains a device from the UI and sees the
-// API report it; and finds the why-not on a refusal's page. It also loads
-// the devices page on a phone-sized screen.
+// API report it; changes a policy from the UI; and finds the why-not on a
+// refusal's page. It also loads the devices page on a phone-sized screen.
 func TestUIPages(t *testing.T) {
 	c := startCluster(t, 3, api.Options{WaitGrace: time.Second})
 	c.apply(gpus("h1", 8), gpus("h2", 8), gpus("h3", 4))
@@ -379,22 +396,27 @@ func TestUIPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.run(chromedp.Click(chromedp.CSS(`[data-device="h3-g0"]`)), chromedp.Click(chromedp.CSS(`[data-action="drain-device"]`)))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually(t, "device h3-g0 draining after Drain in the UI", func() (bool, any) {
 		var d wire.Device
 		c.call("GET", "/v1/devices/h3-g0", nil, http.StatusOK, &d)
-		if d.Status == wire.Draining {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("device h3-g0 is %s after Drain in the UI", d.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return d.Status == wire.Draining, d.Status
+	})
 	if err := b.waitJS(`document.querySelector('[data-device="h3-g0"]').classList.contains('draining') && document.getElementById('device-status').textContent.includes('draining')`, 5*time.Second); err != nil {
 		t.Fatalf("the UI does not show the drained device: %v", err)
 	}
 	b.screenshot("devices-drained")
+
+	// Change a type's policy from the UI; the API reports it.
+	b.js(`location.hash = '#/policies'`)
+	if err := b.waitJS(`document.querySelector('select[data-policy="type:GPU"]')`, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b.run(chromedp.SetValue(chromedp.CSS(`select[data-policy="type:GPU"]`), "WorstFit"), chromedp.Click(chromedp.CSS(`[data-action="save-policy"][data-id="type:GPU"]`)))
+	eventually(t, "GPU policy WorstFit after Save in the UI", func() (bool, any) {
+		var pol wire.Policies
+		c.call("GET", "/v1/policies", nil, http.StatusOK, &pol)
+		return pol.Types[wire.GPU].Policy == wire.WorstFit, pol.Types[wire.GPU]
+	})
 
 	// The refusal's page shows its why-not.
 	b.js(`location.hash = '#/allocations/` + refused.ID + `'`)
@@ -447,12 +469,12 @@ func TestUIAsksForToken(t *testing.T) {
 	b.check("with the token")
 }
 
-// BenchmarkUIDevicesGrid measures the devices page at 1,000 hosts of 8
-// GPUs: render-ms is building the grid from data in hand and laying it
-// out (a forced layout, so the browser's style and layout work counts),
-// refresh-ms is fetching the hosts and devices, rendering and laying them
-// out.
-func BenchmarkUIDevicesGrid(b *testing.B) {
+// BenchmarkUIPages measures the devices and overview pages at 1,000
+// hosts of 8 GPUs. render-ms (devices) is building the grid from the data
+// the page holds and laying it out (a forced layout, so the browser's
+// style and layout work counts); refresh-ms is what a change costs the
+// page: fetching what it shows, rendering and laying it out.
+func BenchmarkUIPages(b *testing.B) {
 	c := startCluster(b, 1, api.Options{})
 	var cmds []fsm.Command
 	for i := range 1000 {
@@ -464,13 +486,26 @@ func BenchmarkUIDevicesGrid(b *testing.B) {
 	if err := br.waitJS(`document.querySelectorAll('.hostrow').length === 1000`, time.Minute); err != nil {
 		b.Fatal(err)
 	}
-	var render, refresh float64
-	b.ResetTimer()
-	for range b.N {
-		render += eval[float64](br, `(() => { const t0 = performance.now(); views.devices.render(); document.body.offsetHeight; return performance.now() - t0; })()`)
-		refresh += eval[float64](br, `(async () => { const t0 = performance.now(); await refresh(); document.body.offsetHeight; return performance.now() - t0; })()`)
-	}
-	b.ReportMetric(render/float64(b.N), "render-ms")
-	b.ReportMetric(refresh/float64(b.N), "refresh-ms")
+	const refresh = `(async () => { const t0 = performance.now(); await refresh(); document.body.offsetHeight; return performance.now() - t0; })()`
+	b.Run("devices", func(b *testing.B) {
+		var render, total float64
+		for range b.N {
+			render += eval[float64](br, `(() => { const t0 = performance.now(); views.devices.render(); document.body.offsetHeight; return performance.now() - t0; })()`)
+			total += eval[float64](br, refresh)
+		}
+		b.ReportMetric(render/float64(b.N), "render-ms")
+		b.ReportMetric(total/float64(b.N), "refresh-ms")
+	})
+	b.Run("overview", func(b *testing.B) {
+		br.js(`location.hash = '#/overview'`)
+		if err := br.waitJS(`document.querySelector('#results .cards')`, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		var total float64
+		for range b.N {
+			total += eval[float64](br, refresh)
+		}
+		b.ReportMetric(total/float64(b.N), "refresh-ms")
+	})
 	br.check("1,000 hosts")
 }

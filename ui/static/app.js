@@ -311,7 +311,11 @@ views.allocations = {
     this.tabs();
   },
   tabs() {
-    document.querySelectorAll('#alloc-tabs button').forEach((b) => b.classList.toggle('active', b.dataset.tab === ui.filters.allocations.tab));
+    const tab = ui.filters.allocations.tab;
+    document.querySelectorAll('#alloc-tabs button').forEach((b) => b.classList.toggle('active', b.dataset.tab === tab));
+    // Only the history has statuses to choose from; the queue has no host.
+    document.querySelector('[data-filter="status"]').closest('label').hidden = tab !== 'history';
+    document.querySelector('[data-filter="host"]').closest('label').hidden = tab === 'queued';
   },
   async update() {
     const f = ui.filters.allocations;
