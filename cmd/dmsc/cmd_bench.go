@@ -103,6 +103,11 @@ Usage: dmsc bench [options]
       The streams' topic (repeat for more; Topic:key for one key).
       Default: every topic.
 
+  -event-raw
+      The streams read the bytes and count the lines without decoding
+      them, so that the figures are the servers' cost more than the
+      readers' (with -local only: plain HTTP, no token).
+
   -cpuprofile=<file>
       Write a CPU profile of this process for the measured run (with
       -local it covers the servers too).`)
@@ -139,6 +144,8 @@ func (c *benchCommand) Run(args []string) int {
 	fs.IntVar(&streams, "event-streams", 0, "")
 	var streamTopics multiFlag
 	fs.Var(&streamTopics, "event-topic", "")
+	var streamRaw bool
+	fs.BoolVar(&streamRaw, "event-raw", false, "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
@@ -173,6 +180,8 @@ func (c *benchCommand) Run(args []string) int {
 		return c.usageError("bench", "-clients, -duration, -hosts and -gpus-per-host must be positive")
 	case retries < 0 || streams < 0:
 		return c.usageError("bench", "-retries and -event-streams must not be negative")
+	case streamRaw && local == 0:
+		return c.usageError("bench", "-event-raw needs -local")
 	}
 
 	progress := c.progress
@@ -244,7 +253,7 @@ func (c *benchCommand) Run(args []string) int {
 	fmt.Fprintf(progress, "bench: %d clients for %v, mix %s\n", clients, duration, mix)
 	res, err := bench.Run(ctx, cl, bench.Config{
 		Clients: clients, Duration: duration, Mix: mix, Hosts: inv, Nodes: nodes, Seed: seed, Progress: progress,
-		Connections: connections, EventStreams: streams, EventTopics: streamTopics,
+		Connections: connections, EventStreams: streams, EventTopics: streamTopics, EventRaw: streamRaw,
 	})
 	stopProfile()
 	if err != nil {

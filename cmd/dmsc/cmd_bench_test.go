@@ -18,6 +18,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"-clients", "0"},
 		{"-local-storage", "tape"},
 		{"-retries", "-1"},
+		{"-event-streams", "2", "-event-raw"},
 		{"extra"},
 	} {
 		ui := cli.NewMockUi()
@@ -64,5 +65,31 @@ func TestBenchLocal(t *testing.T) {
 	}
 	if !strings.Contains(progress.String(), "ops/s") {
 		t.Errorf("no progress line in %q", progress.String())
+	}
+}
+
+// TestBenchEventStreams runs the bench with event streams of both kinds:
+// decoding through the SDK, and raw readers that count lines.
+func TestBenchEventStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Raft node")
+	}
+	for _, extra := range [][]string{nil, {"-event-raw"}} {
+		ui := cli.NewMockUi()
+		c := &benchCommand{apiCommand: apiCommand{ui: ui}, progress: &bytes.Buffer{}}
+		args := append([]string{"-local", "1", "-quick", "-duration", "1s", "-clients", "2", "-hosts", "2", "-mix", "alloc=100", "-event-streams", "3", "-json"}, extra...)
+		if code := c.Run(args); code != exitOK {
+			t.Fatalf("dmsc bench %s: exit %d; stderr %s", strings.Join(args, " "), code, ui.ErrorWriter.String())
+		}
+		var res struct {
+			EventStreams   int   `json:"event_streams"`
+			EventsReceived int64 `json:"events_received"`
+		}
+		if err := json.Unmarshal(ui.OutputWriter.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.EventStreams != 3 || res.EventsReceived == 0 {
+			t.Errorf("dmsc bench %s: %+v", strings.Join(args, " "), res)
+		}
 	}
 }

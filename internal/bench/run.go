@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -43,6 +46,11 @@ type Config struct {
 	// EventTopics their topics (none: every topic).
 	EventStreams int
 	EventTopics  []string
+	// EventRaw makes the streams read bytes and count lines without
+	// decoding them, over plain HTTP without a token (a local cluster's
+	// nodes), so that what is measured is the servers' cost more than the
+	// readers'. EventsReceived then counts batches, not events.
+	EventRaw bool
 	// Connections, when set, counts the HTTP connections the nodes have
 	// accepted so far (cluster.LocalCluster.Connections); the
 	// result then reports how many the run opened.
@@ -147,7 +155,11 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	}
 
 	var received atomic.Int64
-	stopStreams, err := startStreams(ctx, cl, cfg.EventStreams, cfg.EventTopics, &received)
+	openStreams := startStreams
+	if cfg.EventRaw {
+		openStreams = startRawStreams
+	}
+	stopStreams, err := openStreams(ctx, cl, cfg.EventStreams, cfg.EventTopics, &received)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +211,44 @@ func startStreams(ctx context.Context, cl *client.Client, n int, topics []string
 		wg.Go(func() {
 			for b := range ch {
 				received.Add(int64(len(b.Events)))
+			}
+		})
+	}
+	return stop, nil
+}
+
+// startRawStreams is startStreams with readers that count the stream's
+// lines without decoding them, on the client's nodes in turn.
+func startRawStreams(ctx context.Context, cl *client.Client, n int, topics []string, received *atomic.Int64) (stop func(), err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop = func() { cancel(); wg.Wait() }
+	q := url.Values{"topic": topics}
+	addrs := cl.Addresses()
+	for i := range n {
+		req, err := http.NewRequestWithContext(sctx, http.MethodGet, addrs[i%len(addrs)]+"/v1/event/stream?"+q.Encode(), nil)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("bench: event stream: %w", err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("bench: event stream: %w", err)
+		}
+		wg.Go(func() {
+			defer resp.Body.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				k, err := resp.Body.Read(buf)
+				received.Add(int64(bytes.Count(buf[:k], []byte{'\n'})))
+				if err != nil {
+					return
+				}
 			}
 		})
 	}
