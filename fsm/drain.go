@@ -68,9 +68,7 @@ func (s *State) drainDue(k timerKey) bool {
 	for _, aid := range ids {
 		s.endAllocation(s.allocs[aid], Drained, "host "+h.ID+" drained (deadline "+time.Unix(0, k.at).UTC().Format(time.RFC3339)+")")
 	}
-	d := *h.Drain
-	d.Ended = true
-	h.Drain = &d
+	h.Drain.Ended = true
 	s.emitHost(h, EventUpdated)
 	return len(ids) > 0
 }

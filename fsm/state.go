@@ -380,14 +380,8 @@ func (s *State) removeHost(c *RemoveHost) Result {
 
 // loseHostAllocations ends every active allocation on a host as lost.
 func (s *State) loseHostAllocations(h *Host, reason string) {
-	var ids []string
-	for _, id := range h.Devices {
-		ids = append(ids, s.devices[id].Allocations...)
-	}
-	for _, aid := range ids {
-		if a := s.allocs[aid]; a != nil {
-			s.endAllocation(a, Lost, reason)
-		}
+	for _, aid := range s.hostAllocations(h) {
+		s.endAllocation(s.allocs[aid], Lost, reason)
 	}
 }
 

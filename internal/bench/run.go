@@ -155,11 +155,11 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	}
 
 	var received atomic.Int64
-	openStreams := startStreams
+	open := sdkStreams(cl, cfg.EventTopics)
 	if cfg.EventRaw {
-		openStreams = startRawStreams
+		open = rawStreams(cl, cfg.EventTopics)
 	}
-	stopStreams, err := openStreams(ctx, cl, cfg.EventStreams, cfg.EventTopics, &received)
+	stopStreams, err := startStreams(ctx, cfg.EventStreams, open, &received)
 	if err != nil {
 		return nil, err
 	}
@@ -196,40 +196,52 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	return r, nil
 }
 
-// startStreams opens n event streams of topics that count the events
-// they read in received until stop is called.
-func startStreams(ctx context.Context, cl *client.Client, n int, topics []string, received *atomic.Int64) (stop func(), err error) {
+// streamOpener opens the i-th of the run's event streams; read then
+// reads it, counting into received, until the stream ends.
+type streamOpener func(ctx context.Context, i int, received *atomic.Int64) (read func(), err error)
+
+// startStreams opens n event streams with open and reads them until stop
+// is called.
+func startStreams(ctx context.Context, n int, open streamOpener, received *atomic.Int64) (stop func(), err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop = func() { cancel(); wg.Wait() }
-	for range n {
-		ch, err := cl.Events(sctx, topics, 0)
+	for i := range n {
+		read, err := open(sctx, i, received)
 		if err != nil {
 			stop()
 			return nil, fmt.Errorf("bench: event stream: %w", err)
 		}
-		wg.Go(func() {
-			for b := range ch {
-				received.Add(int64(len(b.Events)))
-			}
-		})
+		wg.Go(read)
 	}
 	return stop, nil
 }
 
-// startRawStreams is startStreams with readers that count the stream's
-// lines without decoding them, on the client's nodes in turn.
-func startRawStreams(ctx context.Context, cl *client.Client, n int, topics []string, received *atomic.Int64) (stop func(), err error) {
-	sctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	stop = func() { cancel(); wg.Wait() }
+// sdkStreams opens streams of topics through the SDK, which decodes
+// them, counting events.
+func sdkStreams(cl *client.Client, topics []string) streamOpener {
+	return func(ctx context.Context, _ int, received *atomic.Int64) (func(), error) {
+		ch, err := cl.Events(ctx, topics, 0)
+		if err != nil {
+			return nil, err
+		}
+		return func() {
+			for b := range ch {
+				received.Add(int64(len(b.Events)))
+			}
+		}, nil
+	}
+}
+
+// rawStreams opens streams of topics on the client's nodes in turn, over
+// plain HTTP, and counts their lines without decoding them.
+func rawStreams(cl *client.Client, topics []string) streamOpener {
 	q := url.Values{"topic": topics}
 	addrs := cl.Addresses()
-	for i := range n {
-		req, err := http.NewRequestWithContext(sctx, http.MethodGet, addrs[i%len(addrs)]+"/v1/event/stream?"+q.Encode(), nil)
+	return func(ctx context.Context, i int, received *atomic.Int64) (func(), error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, addrs[i%len(addrs)]+"/v1/event/stream?"+q.Encode(), nil)
 		if err != nil {
-			stop()
-			return nil, fmt.Errorf("bench: event stream: %w", err)
+			return nil, err
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil && resp.StatusCode != http.StatusOK {
@@ -237,10 +249,9 @@ func startRawStreams(ctx context.Context, cl *client.Client, n int, topics []str
 			err = fmt.Errorf("status %s", resp.Status)
 		}
 		if err != nil {
-			stop()
-			return nil, fmt.Errorf("bench: event stream: %w", err)
+			return nil, err
 		}
-		wg.Go(func() {
+		return func() {
 			defer resp.Body.Close()
 			buf := make([]byte, 64<<10)
 			for {
@@ -250,9 +261,8 @@ func startRawStreams(ctx context.Context, cl *client.Client, n int, topics []str
 					return
 				}
 			}
-		})
+		}, nil
 	}
-	return stop, nil
 }
 
 // takeHeld gives every worker an allocation to read and renew.

@@ -17,7 +17,6 @@ const ui = {
   filters: {}, // by view, kept across refreshes
   selected: null, // the device shown in the devices view's panel
   series: loadSeries(),
-  lastRender: 0, // ms the last refresh of the view took to render
 };
 
 // ---- API ----
@@ -219,7 +218,6 @@ views.devices = {
     return this.render();
   },
   render() {
-    const t0 = performance.now();
     const { hosts, devices } = this.data;
     const f = ui.filters.devices;
     fillSelect('type', uniq(devices.map((d) => d.type)), f.type, 'all');
@@ -258,8 +256,6 @@ views.devices = {
     const el = document.getElementById('results');
     el.innerHTML = html;
     this.showPanel();
-    ui.lastRender = performance.now() - t0;
-    window.dmscRenderMs = ui.lastRender;
     return null;
   },
   showPanel() {
@@ -595,12 +591,10 @@ function refresh() {
   const view = ui.view;
   refreshing = (async () => {
     try {
-      const t0 = performance.now();
       const html = await view.update();
       if (view !== ui.view) return;
       if (html !== null && html !== undefined) {
         document.getElementById('results').innerHTML = html;
-        ui.lastRender = performance.now() - t0;
       }
       notice('');
     } catch (e) {
