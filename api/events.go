@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
@@ -25,7 +26,6 @@ const (
 	DefaultEventHeartbeat    = 5 * time.Second
 	DefaultEventWriteTimeout = 10 * time.Second
 	DefaultMaxEventStreams   = 4096
-	DefaultEventCoalesce     = 50 * time.Millisecond
 )
 
 func errIndexTooOld(msg string) *apiError {
@@ -104,80 +104,108 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	may := s.eventAccess(r.Context(), ns)
+	keep := func(ev *fsm.Event) bool { return topics.match(ev) && may(ev) }
+	// everything: the stream keeps every event, so every segment read
+	// whole goes out as its shared encoding without a look at its events.
+	everything := len(topics) == 0 && ns == "*" && authorizerOf(r.Context()) == nil
 
-	sendLine := s.startStream(w, "application/x-ndjson")
-	send := func(b wire.EventBatch) error {
-		line, _ := json.Marshal(b)
-		return sendLine(append(line, '\n'))
+	body := s.startEventBody(w, r)
+	line := func(b wire.EventBatch) []byte {
+		l, _ := json.Marshal(b)
+		return append(l, '\n')
 	}
-	if err := send(wire.EventBatch{}); err != nil { // the headers go out at once
+	body.add(line(wire.EventBatch{}), nil)
+	if body.flush() != nil { // the headers go out at once
 		return nil
 	}
 	for {
-		// Reads at most every EventCoalesce: under a high write rate each
-		// wake-up then takes many batches in one write, so a stream costs
-		// the node a bounded number of wake-ups and writes per second
-		// however fast the cluster changes.
-		if !sleepCtx(r.Context(), s.opts.EventCoalesce) {
-			return nil
-		}
+		// The buffer wakes a stream once per sealed segment (at most
+		// every events.DefaultSeal), and all of it goes out in one
+		// write: a stream costs the node a bounded number of wake-ups and
+		// writes per second however fast the cluster changes.
 		ctx, cancel := context.WithTimeout(r.Context(), s.opts.EventHeartbeat)
-		batches, err := sub.Next(ctx)
+		segs, err := sub.Next(ctx)
 		cancel()
 		switch {
 		case r.Context().Err() != nil:
 			return nil // the reader left
 		case errors.Is(err, context.DeadlineExceeded):
 			if bad := s.tokenGone(r); bad != nil {
-				_, body := errorBody(bad)
-				_ = send(wire.EventBatch{Error: &body})
+				_, eb := errorBody(bad)
+				body.end(line(wire.EventBatch{Error: &eb}))
 				return nil
 			}
-			if send(wire.EventBatch{}) != nil {
-				return nil
-			}
-			continue
+			body.add(line(wire.EventBatch{}), nil)
 		case err != nil:
-			_ = send(wire.EventBatch{Error: streamError(err)})
+			body.end(line(wire.EventBatch{Error: streamError(err)}))
 			return nil
+		default:
+			body.addSegments(segs, keep, everything)
 		}
-		// What Next returned goes out in one write: under load that is
-		// many batches per system call, not one.
-		out := streamLines(batches, func(ev *fsm.Event) bool { return topics.match(ev) && may(ev) })
-		if len(out) > 0 && sendLine(out) != nil {
+		if body.flush() != nil {
 			return nil // too slow to take the lines, or gone
 		}
 	}
 }
 
-// streamLines is the stream's lines of batches, of the events keep keeps:
-// a batch kept whole is its line made once for every reader (Memo); a
-// batch none of whose events is kept is not encoded at all.
-func streamLines(batches []events.Batch, keep func(*fsm.Event) bool) []byte {
-	var out []byte
-	for _, b := range batches {
-		var kept []int
-		for i := range b.Events {
-			if keep(&b.Events[i]) {
-				kept = append(kept, i)
+// addSegments adds the stream's lines of segs, of the events keep keeps
+// (all of them when everything): a segment read whole and kept whole is
+// its encoding made once for every reader (Segment.Memo); of the others,
+// each batch kept whole is its line made once (Batch.Memo), and a batch
+// none of whose events is kept is not encoded at all.
+func (b *streamBody) addSegments(segs []events.Segment, keep func(*fsm.Event) bool, everything bool) {
+	var own []byte
+	for _, sg := range segs {
+		if sg.Whole() && (everything || keepsAll(sg, keep)) {
+			if len(own) > 0 {
+				b.add(own, nil)
+				own = nil
+			}
+			enc := sg.Memo(encodeSegment).(*encodedSegment)
+			b.add(enc.plain, enc.deflated(b.gzip))
+			continue
+		}
+		for _, bt := range sg.Batches {
+			own = appendBatchLine(own, bt, keep)
+		}
+	}
+	if len(own) > 0 {
+		b.add(own, nil)
+	}
+}
+
+func keepsAll(sg events.Segment, keep func(*fsm.Event) bool) bool {
+	for _, bt := range sg.Batches {
+		for i := range bt.Events {
+			if !keep(&bt.Events[i]) {
+				return false
 			}
 		}
-		if len(kept) == 0 {
-			continue
-		}
-		enc := b.Memo(encodeBatch).(*encodedBatch)
-		if len(kept) == len(b.Events) {
-			out = append(out, enc.line...)
-			continue
-		}
-		evs := make([]wire.Event, len(kept))
-		for j, i := range kept {
-			evs[j] = enc.events[i]
-		}
-		line, _ := json.Marshal(wire.EventBatch{Index: b.Index, Events: evs})
-		out = append(append(out, line...), '\n')
 	}
-	return out
+	return true
+}
+
+// appendBatchLine appends the line of the events of batch b that keep
+// keeps, if any.
+func appendBatchLine(out []byte, b events.Batch, keep func(*fsm.Event) bool) []byte {
+	var kept []int
+	for i := range b.Events {
+		if keep(&b.Events[i]) {
+			kept = append(kept, i)
+		}
+	}
+	if len(kept) == 0 {
+		return out
+	}
+	enc := b.Memo(encodeBatch).(*encodedBatch)
+	if len(kept) == len(b.Events) {
+		return append(out, enc.line...)
+	}
+	evs := make([][]byte, len(kept))
+	for j, i := range kept {
+		evs[j] = enc.events[i]
+	}
+	return appendBatchJSON(out, b.Index, evs)
 }
 
 // takeStream takes one of the node's stream slots (event streams and
@@ -197,6 +225,10 @@ func (s *Server) takeStream() (release func(), err error) {
 func (s *Server) startStream(w http.ResponseWriter, ctype string) func([]byte) error {
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("Cache-Control", "no-store")
+	// Not chunked (HTTP/1.1; HTTP/2 has no such header): a chunk is three
+	// system calls (its head, its bytes, its end), a plain write one. The
+	// connection then closes with the stream, which ends it anyway.
+	w.Header().Set("Transfer-Encoding", "identity")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	return func(b []byte) error {
@@ -256,52 +288,103 @@ func (s *Server) eventAccess(ctx context.Context, ns string) func(*fsm.Event) bo
 	}
 }
 
-// encodedBatch is a batch as the stream sends it: each event, and the
-// line of them all.
+// encodedBatch is a batch as the stream sends it: each event's JSON, and
+// the line of them all.
 type encodedBatch struct {
-	events []wire.Event
+	events [][]byte
 	line   []byte
 }
 
 func encodeBatch(evs []fsm.Event) any {
-	e := &encodedBatch{events: make([]wire.Event, len(evs))}
+	e := &encodedBatch{events: make([][]byte, len(evs))}
 	for i := range evs {
-		e.events[i] = eventToWire(&evs[i])
+		e.events[i] = appendEventJSON(nil, &evs[i])
 	}
 	if len(evs) > 0 {
-		line, _ := json.Marshal(wire.EventBatch{Index: evs[0].Index, Events: e.events})
-		e.line = append(line, '\n')
+		e.line = appendBatchJSON(nil, evs[0].Index, e.events)
 	}
 	return e
 }
 
-// eventToWire is an event as the stream sends it.
-func eventToWire(ev *fsm.Event) wire.Event {
-	var payload any
-	switch p := ev.Payload.(type) {
-	case *fsm.Allocation:
-		payload = allocationToWire(p)
-	case fsm.Device:
-		payload = deviceToWire(p)
-	case fsm.Host:
-		payload = hostToWire(p)
-	case fsm.PolicyEvent:
-		payload = wire.PolicyEvent{DeviceType: deviceTypeToWire(p.DeviceType), Pool: p.Pool, Config: policyConfigToWire(p.Config)}
-	case fsm.LeaderEvent:
-		payload = wire.LeaderEvent{ID: p.ID, Address: p.Address}
+// appendBatchJSON appends the line of a wire.EventBatch of index and of
+// events already encoded, as json.Marshal would write it, without
+// encoding the events again.
+func appendBatchJSON(dst []byte, index uint64, events [][]byte) []byte {
+	dst = strconv.AppendUint(append(dst, `{"index":`...), index, 10)
+	dst = append(dst, `,"events":[`...)
+	for i, ev := range events {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, ev...)
 	}
-	raw, _ := json.Marshal(payload)
-	return wire.Event{Topic: string(ev.Topic), Type: ev.Type, Key: ev.Key, Namespace: ev.Namespace, Index: ev.Index, Payload: raw}
+	return append(dst, "]}\n"...)
 }
 
-// sleepCtx waits d or until ctx ends; false when ctx ended.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+// appendEventJSON appends the wire.Event of ev as json.Marshal would
+// write it: written here so that its payload is encoded once, not
+// encoded and then checked and copied again as a json.RawMessage.
+func appendEventJSON(dst []byte, ev *fsm.Event) []byte {
+	dst = appendJSONString(append(dst, `{"topic":`...), string(ev.Topic))
+	dst = appendJSONString(append(dst, `,"type":`...), ev.Type)
+	dst = appendJSONString(append(dst, `,"key":`...), ev.Key)
+	if ev.Namespace != "" {
+		dst = appendJSONString(append(dst, `,"namespace":`...), ev.Namespace)
 	}
+	dst = strconv.AppendUint(append(dst, `,"index":`...), ev.Index, 10)
+	payload, _ := json.Marshal(eventPayload(ev))
+	return append(append(append(dst, `,"payload":`...), payload...), '}')
+}
+
+// appendJSONString appends s as a JSON string, as json.Marshal writes it.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // what needs escaping, as json.Marshal escapes it
+			return append(dst, q...)
+		}
+	}
+	return append(append(append(dst, '"'), s...), '"')
+}
+
+// encodedSegment is a segment as the stream sends it: its batches' lines,
+// and those compressed (made the first time a gzip stream asks).
+type encodedSegment struct {
+	plain []byte
+	once  sync.Once
+	z     []byte
+}
+
+func encodeSegment(bs []events.Batch) any {
+	e := &encodedSegment{}
+	for _, b := range bs {
+		e.plain = append(e.plain, b.Memo(encodeBatch).(*encodedBatch).line...)
+	}
+	return e
+}
+
+// deflated is the segment's lines as deflate blocks, when gz; nil if not.
+func (e *encodedSegment) deflated(gz bool) []byte {
+	if !gz {
+		return nil
+	}
+	e.once.Do(func() { e.z = deflateBlocks(e.plain, true) })
+	return e.z
+}
+
+// eventPayload is the payload of an event as the stream sends it.
+func eventPayload(ev *fsm.Event) any {
+	switch p := ev.Payload.(type) {
+	case *fsm.Allocation:
+		return allocationToWire(p)
+	case fsm.Device:
+		return deviceToWire(p)
+	case fsm.Host:
+		return hostToWire(p)
+	case fsm.PolicyEvent:
+		return wire.PolicyEvent{DeviceType: deviceTypeToWire(p.DeviceType), Pool: p.Pool, Config: policyConfigToWire(p.Config)}
+	case fsm.LeaderEvent:
+		return wire.LeaderEvent{ID: p.ID, Address: p.Address}
+	}
+	return nil
 }

@@ -2,9 +2,13 @@ package api
 
 import (
 	"bufio"
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -276,6 +280,7 @@ func TestEventStreamSlowReaderCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/event/stream", nil)
+	req.Header.Set("Accept-Encoding", "identity") // compressed, the rounds would fit in the sockets' buffers
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -316,5 +321,135 @@ func TestEventStreamSlowReaderCut(t *testing.T) {
 	}
 	if seen >= last {
 		t.Fatalf("the stalled reader got every event (through index %d)", seen)
+	}
+}
+
+// A reader that accepts gzip gets the same lines compressed, as one gzip
+// member that ends, trailer checked, when the stream ends; one that does
+// not gets them plain.
+func TestEventStreamGzip(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.seed()
+	srv := newStreamServer(t, e)
+	open := func(encoding string) *http.Response {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+"/v1/event/stream?index=1", nil)
+		req.Header.Set("Accept-Encoding", encoding) // set: the transport leaves the body as it came
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	plain, zipped, refused := open("identity"), open("br, gzip;q=0.5"), open("gzip;q=0")
+	if plain.Header.Get("Content-Encoding") != "" || zipped.Header.Get("Content-Encoding") != "gzip" || refused.Header.Get("Content-Encoding") != "" {
+		t.Fatalf("Content-Encoding %q %q %q", plain.Header.Get("Content-Encoding"), zipped.Header.Get("Content-Encoding"), refused.Header.Get("Content-Encoding"))
+	}
+	for range 20 {
+		a := allocate(t, e, `{"claims":[{"type":"GPU","count":1,"pool":"big"}]}`)
+		e.do("POST", "/v1/allocations/"+a.ID+"/release", "").ok(200)
+	}
+	last := fmt.Sprintf(`{"index":%d,`, e.b.stateIndex())
+	zr, err := gzip.NewReader(zipped.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr.Multistream(false)
+	streams := []*bufio.Reader{bufio.NewReader(plain.Body), bufio.NewReader(zr), bufio.NewReader(refused.Body)}
+	lines := make([][]string, len(streams))
+	// readLines reads s's lines, but heartbeats, through the one that
+	// starts with upTo ("": to the end).
+	readLines := func(i int, upTo string) {
+		for {
+			l, err := streams[i].ReadString('\n')
+			if err == io.EOF && upTo == "" && l == "" {
+				return
+			}
+			if err != nil {
+				t.Fatalf("stream %d after %d lines: %v", i, len(lines[i]), err) // a bad checksum or length too
+			}
+			if l != "{}\n" {
+				lines[i] = append(lines[i], l)
+			}
+			if upTo != "" && strings.HasPrefix(l, upTo) {
+				return
+			}
+		}
+	}
+	for i := range streams {
+		readLines(i, last)
+	}
+	e.b.f.Events().Close() // the node shuts down: every stream ends with a last line
+	for i := range streams {
+		readLines(i, "")
+	}
+	want := lines[0]
+	if len(want) < 41 || !strings.Contains(want[len(want)-1], wire.CodeShutdown) {
+		t.Fatalf("%d plain lines, the last %q", len(want), want[len(want)-1])
+	}
+	for i, got := range lines[1:] {
+		if strings.Join(got, "") != strings.Join(want, "") {
+			t.Fatalf("stream %d's lines differ from the plain ones:\n%s\nwant\n%s", i+1, strings.Join(got, ""), strings.Join(want, ""))
+		}
+	}
+	if rest, _ := io.ReadAll(zipped.Body); len(rest) != 0 {
+		t.Fatalf("%d bytes after the gzip member", len(rest))
+	}
+}
+
+func TestAcceptsGzip(t *testing.T) {
+	for h, want := range map[string]bool{
+		"": false, "gzip": true, "GZIP": true, "deflate, gzip": true, "br;q=1.0, gzip;q=0.8": true,
+		"gzip;q=0": false, "gzip; q=0.000": false, "identity": false, "x-gzip": false, "*": false,
+	} {
+		if acceptsGzip(h) != want {
+			t.Errorf("acceptsGzip(%q) = %v", h, !want)
+		}
+	}
+}
+
+// deflateBlocks made apart and joined are one deflate stream.
+func TestDeflateBlocksJoin(t *testing.T) {
+	parts := []string{"{\"index\":1}\n", strings.Repeat("{\"index\":2,\"events\":[]}\n", 50), "", "{}\n"}
+	var joined []byte
+	for _, p := range parts {
+		joined = append(joined, deflateBlocks([]byte(p), len(p)%2 == 0)...)
+	}
+	joined = append(joined, 0x03, 0x00) // the final block end adds
+	got, err := io.ReadAll(flate.NewReader(bytes.NewReader(joined)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != strings.Join(parts, "") {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// The stream's hand-written lines are what json.Marshal writes of the
+// same wire.EventBatch, byte for byte.
+func TestEventLinesAsMarshalled(t *testing.T) {
+	a := &fsm.Allocation{ID: "a1", Namespace: "team-<a>", Status: fsm.Active}
+	evs := []fsm.Event{
+		{Topic: fsm.TopicAllocation, Type: fsm.EventPlaced, Key: "a1", Namespace: "team-<a>", Index: 7, Payload: a},
+		{Topic: fsm.TopicDevice, Type: "updated", Key: "g\"1\\ é\n", Index: 7, Payload: fsm.Device{DeviceSpec: fsm.DeviceSpec{ID: "g\"1\\ é\n"}, Host: "h<1>"}},
+		{Topic: fsm.TopicLeader, Type: fsm.EventElected, Key: "s1", Index: 7, Payload: fsm.LeaderEvent{ID: "s1", Address: "127.0.0.1:1&2"}},
+		{Topic: fsm.TopicQueue, Type: "dequeued", Key: "", Index: 7},
+	}
+	var want wire.EventBatch
+	want.Index = 7
+	for i := range evs {
+		payload, _ := json.Marshal(eventPayload(&evs[i]))
+		want.Events = append(want.Events, wire.Event{Topic: string(evs[i].Topic), Type: evs[i].Type, Key: evs[i].Key,
+			Namespace: evs[i].Namespace, Index: evs[i].Index, Payload: payload})
+	}
+	line, _ := json.Marshal(want)
+	got := encodeBatch(evs).(*encodedBatch)
+	if string(got.line) != string(line)+"\n" {
+		t.Fatalf("line\n%s\nwant\n%s", got.line, line)
+	}
+	part := appendBatchJSON(nil, 7, [][]byte{got.events[1]})
+	want.Events = want.Events[1:2]
+	if line, _ = json.Marshal(want); string(part) != string(line)+"\n" {
+		t.Fatalf("a part\n%s\nwant\n%s", part, line)
 	}
 }

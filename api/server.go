@@ -129,9 +129,6 @@ type Options struct {
 	EventHeartbeat    time.Duration
 	EventWriteTimeout time.Duration
 	MaxEventStreams   int
-	// EventCoalesce is the least time between two reads of a stream's
-	// buffer: what arrived meanwhile goes out in one write.
-	EventCoalesce time.Duration
 }
 
 func (o *Options) fillDefaults() {
@@ -167,9 +164,6 @@ func (o *Options) fillDefaults() {
 	}
 	if o.MaxEventStreams <= 0 {
 		o.MaxEventStreams = DefaultMaxEventStreams
-	}
-	if o.EventCoalesce <= 0 {
-		o.EventCoalesce = DefaultEventCoalesce
 	}
 	o.fillLimitDefaults()
 }

@@ -50,9 +50,13 @@ func TestEventsThroughLeaderChange(t *testing.T) {
 		created := map[string]int{}
 		var last uint64
 		for len(created) < len(ids) {
-			batches, err := sub.Next(ctx)
+			segs, err := sub.Next(ctx)
 			if err != nil {
 				t.Fatalf("%s after %d allocations: %v", n.cfg.NodeID, len(created), err)
+			}
+			var batches []events.Batch
+			for _, sg := range segs {
+				batches = append(batches, sg.Batches...)
 			}
 			for _, b := range batches {
 				if b.Index < last {

@@ -122,7 +122,7 @@ func NewRaftFSM(s *fsm.State) *RaftFSM { return NewRaftFSMBuffering(s, events.De
 func NewRaftFSMBuffering(s *fsm.State, n int) *RaftFSM {
 	s.EnableEvents()
 	return &RaftFSM{state: s, advance: make(chan struct{}), haltCh: make(chan struct{}),
-		events: events.New(n, s.LastIndex())}
+		events: events.New(n, s.LastIndex(), events.DefaultSeal)}
 }
 
 // Events is the buffer of the events this replica's commands made.

@@ -12,7 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
+	"time"
 
 	"github.com/dmsc/dmsc/fsm"
 )
@@ -34,6 +37,10 @@ var (
 
 // DefaultSize is the number of events a buffer holds by default.
 const DefaultSize = 16384
+
+// DefaultSeal is how long a segment stays open by default: the most an
+// event waits before its readers are woken.
+const DefaultSeal = 50 * time.Millisecond
 
 // Batch is the events of one log index, in the order they happened.
 type Batch struct {
@@ -58,14 +65,56 @@ func (b Batch) Memo(f func([]fsm.Event) any) any {
 	return b.memo.v
 }
 
+// Segment is consecutive batches sealed together: readers are woken once
+// per segment, not once per batch, and a segment read whole has its
+// encoding made once for all its readers (Memo).
+type Segment struct {
+	Batches []Batch
+	memo    *memo // nil: a part of a segment (the reader began inside it)
+}
+
+// Whole says the segment was read whole, so that its Memo is shared.
+func (s Segment) Whole() bool { return s.memo != nil }
+
+// Memo returns f of the segment's batches, computed once for every reader
+// of the whole segment (and for each call on a part of one).
+func (s Segment) Memo(f func([]Batch) any) any {
+	if s.memo == nil {
+		return f(s.Batches)
+	}
+	s.memo.once.Do(func() { s.memo.v = f(s.Batches) })
+	return s.memo.v
+}
+
+// sealed is a segment in the buffer: batch positions [start, end).
+type sealed struct {
+	start, end uint64
+	memo       *memo
+}
+
 // Buffer holds the latest batches, up to size events in all (a batch
-// larger than that alone is kept whole).
+// larger than that alone is kept whole). Batches are sealed into
+// segments: a segment opens with a batch and is sealed seal later (at
+// once when seal is 0, or when it holds a quarter of the buffer), and
+// only sealed batches are read.
 type Buffer struct {
 	mu      sync.Mutex
 	size    int
+	seal    time.Duration
 	batches []Batch // oldest first; batches[head:] are live
 	head    int
 	count   int // events in batches[head:]
+	// segs[segHead:] are the sealed segments of the live batches, in
+	// order; the batches from position sealedTo on are the open segment.
+	segs     []sealed
+	segHead  int
+	sealedTo uint64
+	// openEvents and openTopics are the open segment's events and
+	// topics; gen grows at every seal or reset, so that the timer of a
+	// segment already sealed does nothing.
+	openEvents int
+	openTopics []fsm.Topic
+	gen        uint64
 	// first is the number of batches dropped since the buffer began: the
 	// position of batches[head] in the stream of all batches.
 	first uint64
@@ -83,12 +132,13 @@ type Buffer struct {
 }
 
 // New returns a buffer of size events (DefaultSize when size ≤ 0) that
-// starts after index start: events up to start are not known to it.
-func New(size int, start uint64) *Buffer {
+// starts after index start (events up to start are not known to it) and
+// seals a segment seal after it opened (0: every batch at once).
+func New(size int, start uint64, seal time.Duration) *Buffer {
 	if size <= 0 {
 		size = DefaultSize
 	}
-	return &Buffer{size: size, floor: start, wake: make(chan struct{})}
+	return &Buffer{size: size, seal: max(seal, 0), floor: start, wake: make(chan struct{})}
 }
 
 // Publish appends the events of one index, which must be above every
@@ -104,6 +154,26 @@ func (b *Buffer) Publish(index uint64, evs []fsm.Event) {
 	}
 	b.batches = append(b.batches, Batch{Index: index, Events: evs, memo: &memo{}})
 	b.count += len(evs)
+	opened := b.openEvents == 0
+	b.openEvents += len(evs)
+	for i := range evs {
+		if !slices.Contains(b.openTopics, evs[i].Topic) {
+			b.openTopics = append(b.openTopics, evs[i].Topic)
+		}
+	}
+	b.drop()
+	switch {
+	case b.seal == 0 || b.openEvents >= b.size/4:
+		b.sealOpen()
+	case opened:
+		gen := b.gen
+		time.AfterFunc(b.seal, func() { b.sealIfOpen(gen) })
+	}
+}
+
+// drop drops the oldest batches beyond size, and the segments they
+// leave. Called with mu held.
+func (b *Buffer) drop() {
 	for b.count > b.size && len(b.batches)-b.head > 1 {
 		old := b.batches[b.head]
 		b.batches[b.head] = Batch{}
@@ -116,25 +186,61 @@ func (b *Buffer) Publish(index uint64, evs []fsm.Event) {
 		b.batches = append([]Batch(nil), b.batches[b.head:]...)
 		b.head = 0
 	}
-	b.wakeAll(evs)
+	for b.segHead < len(b.segs) && b.segs[b.segHead].end <= b.first {
+		b.segs[b.segHead] = sealed{}
+		b.segHead++
+	}
+	if b.segHead < len(b.segs) && b.segs[b.segHead].start < b.first {
+		b.segs[b.segHead] = sealed{start: b.first, end: b.segs[b.segHead].end} // a part now
+	}
+	if b.segHead > len(b.segs)/2 && b.segHead > 64 {
+		b.segs = append([]sealed(nil), b.segs[b.segHead:]...)
+		b.segHead = 0
+	}
+	if b.sealedTo < b.first {
+		b.sealedTo = b.first
+		b.openEvents = b.count // a segment longer than the buffer lost its head
+	}
 }
 
-// wakeAll wakes the readers of every topic, and of the topics of evs
-// (all of them when evs is nil). Called with mu held.
-func (b *Buffer) wakeAll(evs []fsm.Event) {
+// sealIfOpen seals the open segment if it is still the one of gen.
+func (b *Buffer) sealIfOpen(gen uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed && b.gen == gen {
+		b.sealOpen()
+	}
+}
+
+// sealOpen seals the open segment and wakes its readers. Called with mu
+// held.
+func (b *Buffer) sealOpen() {
+	end := b.first + uint64(len(b.batches)-b.head)
+	if end > b.sealedTo {
+		b.segs = append(b.segs, sealed{start: b.sealedTo, end: end, memo: &memo{}})
+		b.sealedTo = end
+	}
+	b.wakeAll(b.openTopics)
+	b.openEvents, b.openTopics = 0, b.openTopics[:0]
+	b.gen++
+}
+
+// wakeAll wakes the readers of every topic, and of topics (all of them
+// when topics is nil). Called with mu held.
+func (b *Buffer) wakeAll(topics []fsm.Topic) {
 	close(b.wake)
 	b.wake = make(chan struct{})
-	if evs == nil {
+	if topics == nil {
 		for t, ch := range b.topicWake {
 			close(ch)
 			delete(b.topicWake, t)
 		}
 		return
 	}
-	for i := range evs {
-		if ch, ok := b.topicWake[evs[i].Topic]; ok {
+	for _, t := range topics {
+		if ch, ok := b.topicWake[t]; ok {
 			close(ch)
-			delete(b.topicWake, evs[i].Topic)
+			delete(b.topicWake, t)
 		}
 	}
 }
@@ -163,6 +269,9 @@ func (b *Buffer) Reset(index uint64) {
 	defer b.mu.Unlock()
 	b.first += uint64(len(b.batches) - b.head)
 	b.batches, b.head, b.count = nil, 0, 0
+	b.segs, b.segHead, b.sealedTo = nil, 0, b.first
+	b.openEvents, b.openTopics = 0, nil
+	b.gen++
 	b.floor = max(b.floor, index)
 	b.epoch++
 	b.wakeAll(nil)
@@ -230,11 +339,12 @@ func (b *Buffer) Subscribe(after uint64) (*Subscription, error) {
 	return sub, nil
 }
 
-// Next returns the batches published since the last call, waiting for
-// one until ctx ends (then it returns nil and ctx's error). It answers
-// ErrSlow when batches the subscriber had yet to read were dropped,
-// ErrReset after a Reset and ErrClosed once the buffer is closed.
-func (s *Subscription) Next(ctx context.Context) ([]Batch, error) {
+// Next returns the segments sealed since the last call (the first of
+// them a part, when the reader began inside it), waiting for one until
+// ctx ends (then it returns nil and ctx's error). It answers ErrSlow when
+// batches the subscriber had yet to read were dropped, ErrReset after a
+// Reset and ErrClosed once the buffer is closed.
+func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 	b := s.b
 	for {
 		b.mu.Lock()
@@ -249,15 +359,12 @@ func (s *Subscription) Next(ctx context.Context) ([]Batch, error) {
 			b.mu.Unlock()
 			return nil, ErrSlow
 		}
-		live := b.batches[b.head:]
-		i := int(s.next - b.first)
-		for i < len(live) && live[i].Index <= s.after {
-			i++
+		for s.next < b.sealedTo && b.batches[b.head+int(s.next-b.first)].Index <= s.after {
+			s.next++
 		}
-		s.next = b.first + uint64(i)
-		if i < len(live) {
-			out := append([]Batch(nil), live[i:]...)
-			s.next = b.first + uint64(len(live))
+		if s.next < b.sealedTo {
+			out := b.segments(s.next)
+			s.next = b.sealedTo
 			b.mu.Unlock()
 			return out, nil
 		}
@@ -269,4 +376,21 @@ func (s *Subscription) Next(ctx context.Context) ([]Batch, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// segments returns the sealed batches from position from on, as the
+// segments they belong to. Called with mu held.
+func (b *Buffer) segments(from uint64) []Segment {
+	segs := b.segs[b.segHead:]
+	k := sort.Search(len(segs), func(i int) bool { return segs[i].end > from })
+	out := make([]Segment, 0, len(segs)-k)
+	for _, sg := range segs[k:] {
+		start, m := sg.start, sg.memo
+		if from > start {
+			start, m = from, nil
+		}
+		lo, hi := b.head+int(start-b.first), b.head+int(sg.end-b.first)
+		out = append(out, Segment{Batches: slices.Clone(b.batches[lo:hi]), memo: m})
+	}
+	return out
 }

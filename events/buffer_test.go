@@ -31,15 +31,17 @@ func indexes(t *testing.T, sub *Subscription, n int) []uint64 {
 		if err != nil {
 			t.Fatalf("after %v: %v", out, err)
 		}
-		for _, b := range bs {
-			out = append(out, b.Index)
+		for _, sg := range bs {
+			for _, b := range sg.Batches {
+				out = append(out, b.Index)
+			}
 		}
 	}
 	return out
 }
 
 func TestOrderAndResume(t *testing.T) {
-	b := New(100, 0)
+	b := New(100, 0, 0)
 	live, err := b.Subscribe(0)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +86,7 @@ func TestOrderAndResume(t *testing.T) {
 // A replica behind the index a reader resumes after publishes the
 // batches up to it later: the reader does not get them.
 func TestResumeOnReplicaBehind(t *testing.T) {
-	b := New(100, 0)
+	b := New(100, 0, 0)
 	b.Publish(1, []fsm.Event{ev(1, "a")})
 	sub, err := b.Subscribe(3)
 	if err != nil {
@@ -99,7 +101,7 @@ func TestResumeOnReplicaBehind(t *testing.T) {
 }
 
 func TestIndexTooOld(t *testing.T) {
-	b := New(4, 7) // knows nothing up to 7
+	b := New(4, 7, 0) // knows nothing up to 7
 	if _, err := b.Subscribe(3); !errors.Is(err, ErrIndexTooOld) {
 		t.Fatalf("before the start: %v", err)
 	}
@@ -128,7 +130,7 @@ func TestIndexTooOld(t *testing.T) {
 // A reader that falls behind by more than the buffer is cut off, and
 // publishing never waited for it.
 func TestSlowSubscriberCut(t *testing.T) {
-	b := New(8, 0)
+	b := New(8, 0, 0)
 	slow, _ := b.Subscribe(0)
 	fast, _ := b.Subscribe(0)
 	var read atomic.Int64
@@ -140,7 +142,9 @@ func TestSlowSubscriberCut(t *testing.T) {
 				done <- err
 				return
 			}
-			read.Add(int64(len(bs)))
+			for _, sg := range bs {
+				read.Add(int64(len(sg.Batches)))
+			}
 			if read.Load() == 1000 {
 				done <- nil
 				return
@@ -162,7 +166,7 @@ func TestSlowSubscriberCut(t *testing.T) {
 }
 
 func TestResetAndClose(t *testing.T) {
-	b := New(100, 0)
+	b := New(100, 0, 0)
 	sub, _ := b.Subscribe(0)
 	b.Publish(1, []fsm.Event{ev(1, "x")})
 	b.Reset(50)
@@ -195,7 +199,7 @@ func TestResetAndClose(t *testing.T) {
 }
 
 func TestNextEndsWithContext(t *testing.T) {
-	b := New(10, 0)
+	b := New(10, 0, 0)
 	sub, _ := b.Subscribe(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -205,7 +209,7 @@ func TestNextEndsWithContext(t *testing.T) {
 }
 
 func TestMemoOncePerBatch(t *testing.T) {
-	b := New(10, 0)
+	b := New(10, 0, 0)
 	s1, _ := b.Subscribe(0)
 	s2, _ := b.Subscribe(0)
 	b.Publish(1, []fsm.Event{ev(1, "x")})
@@ -213,7 +217,7 @@ func TestMemoOncePerBatch(t *testing.T) {
 	f := func(evs []fsm.Event) any { calls++; return len(evs) }
 	for _, s := range []*Subscription{s1, s2} {
 		bs, err := s.Next(ctxT(t))
-		if err != nil || len(bs) != 1 || bs[0].Memo(f).(int) != 1 {
+		if err != nil || len(bs) != 1 || len(bs[0].Batches) != 1 || bs[0].Batches[0].Memo(f).(int) != 1 {
 			t.Fatalf("%v %v", bs, err)
 		}
 	}
@@ -225,7 +229,7 @@ func TestMemoOncePerBatch(t *testing.T) {
 // A reader of one topic is not woken by batches without it, and then
 // reads every batch since.
 func TestOnlyTopicWakes(t *testing.T) {
-	b := New(100, 0)
+	b := New(100, 0, 0)
 	sub, _ := b.Subscribe(0)
 	sub.Only(fsm.TopicLeader)
 	b.mu.Lock()
@@ -249,5 +253,79 @@ func TestOnlyTopicWakes(t *testing.T) {
 	}
 	if got := indexes(t, sub, 2); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("the Leader reader read %v", got)
+	}
+}
+
+// Batches published within the seal interval are read as one segment,
+// whose memo is made once for every reader of it whole; a reader that
+// began inside a segment gets a part of it, with a memo of its own.
+func TestSegmentsSealTogether(t *testing.T) {
+	b := New(100, 0, time.Hour) // sealed by size only: a quarter of 100
+	s1, _ := b.Subscribe(0)
+	s2, _ := b.Subscribe(0)
+	for i := uint64(1); i <= 10; i++ {
+		b.Publish(i, []fsm.Event{ev(i, "a"), ev(i, "b")})
+	}
+	late, _ := b.Subscribe(5)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if bs, err := s1.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an open segment was read: %v %v", bs, err)
+	}
+	for i := uint64(11); i <= 13; i++ { // 26 events: a quarter of the buffer
+		b.Publish(i, []fsm.Event{ev(i, "a"), ev(i, "b")})
+	}
+	calls := 0
+	f := func(bs []Batch) any { calls++; return len(bs) }
+	for _, s := range []*Subscription{s1, s2} {
+		sg, err := s.Next(ctxT(t))
+		if err != nil || len(sg) != 1 || !sg[0].Whole() || sg[0].Memo(f).(int) != 13 {
+			t.Fatalf("%+v %v", sg, err)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("a whole segment's memo was made %d times", calls)
+	}
+	sg, err := late.Next(ctxT(t))
+	if err != nil || len(sg) != 1 || sg[0].Whole() || sg[0].Memo(f).(int) != 8 || sg[0].Batches[0].Index != 6 {
+		t.Fatalf("the reader from index 5: %+v %v", sg, err)
+	}
+}
+
+// A segment is sealed the interval after its first batch, even when
+// nothing else is published, and its readers are woken then.
+func TestSegmentSealsInTime(t *testing.T) {
+	b := New(100, 0, 30*time.Millisecond)
+	sub, _ := b.Subscribe(0)
+	start := time.Now()
+	b.Publish(1, []fsm.Event{ev(1, "a")})
+	b.Publish(2, []fsm.Event{ev(2, "a")})
+	sg, err := sub.Next(ctxT(t))
+	if err != nil || len(sg) != 1 || len(sg[0].Batches) != 2 {
+		t.Fatalf("%+v %v", sg, err)
+	}
+	if waited := time.Since(start); waited < 30*time.Millisecond {
+		t.Fatalf("read %v after the first batch, before the seal", waited)
+	}
+	b.Publish(3, []fsm.Event{ev(3, "a")})
+	if got := indexes(t, sub, 1); !slices.Equal(got, []uint64{3}) {
+		t.Fatalf("the next segment: %v", got)
+	}
+}
+
+// A segment partly dropped from the buffer is no longer shared whole.
+func TestSegmentPartlyDropped(t *testing.T) {
+	b := New(8, 0, time.Hour) // a segment is sealed at 2 events
+	b.Publish(1, []fsm.Event{ev(1, "a")})
+	b.Publish(2, []fsm.Event{ev(2, "a")})
+	sub, _ := b.Subscribe(1)
+	seven := make([]fsm.Event, 7)
+	for i := range seven {
+		seven[i] = ev(3, "x")
+	}
+	b.Publish(3, seven) // drops 1: the first segment keeps only 2
+	sg, err := sub.Next(ctxT(t))
+	if err != nil || len(sg) != 2 || sg[0].Whole() || len(sg[0].Batches) != 1 || sg[0].Batches[0].Index != 2 || !sg[1].Whole() {
+		t.Fatalf("%+v %v", sg, err)
 	}
 }

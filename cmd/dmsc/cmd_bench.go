@@ -104,9 +104,9 @@ Usage: dmsc bench [options]
       Default: every topic.
 
   -event-raw
-      The streams read the bytes and count the lines without decoding
-      them, so that the figures are the servers' cost more than the
-      readers' (with -local only: plain HTTP, no token).
+      The streams ask for gzip and count the bytes without inflating or
+      decoding them, so that the figures are the servers' cost more than
+      the readers' (with -local only: plain HTTP, no token).
 
   -cpuprofile=<file>
       Write a CPU profile of this process for the measured run (with

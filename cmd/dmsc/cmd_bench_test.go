@@ -69,7 +69,7 @@ func TestBenchLocal(t *testing.T) {
 }
 
 // TestBenchEventStreams runs the bench with event streams of both kinds:
-// decoding through the SDK, and raw readers that count lines.
+// decoding through the SDK, and raw readers that count bytes.
 func TestBenchEventStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Raft node")
@@ -82,13 +82,14 @@ func TestBenchEventStreams(t *testing.T) {
 			t.Fatalf("dmsc bench %s: exit %d; stderr %s", strings.Join(args, " "), code, ui.ErrorWriter.String())
 		}
 		var res struct {
-			EventStreams   int   `json:"event_streams"`
-			EventsReceived int64 `json:"events_received"`
+			EventStreams       int   `json:"event_streams"`
+			EventsReceived     int64 `json:"events_received"`
+			EventBytesReceived int64 `json:"event_bytes_received"`
 		}
 		if err := json.Unmarshal(ui.OutputWriter.Bytes(), &res); err != nil {
 			t.Fatal(err)
 		}
-		if res.EventStreams != 3 || res.EventsReceived == 0 {
+		if res.EventStreams != 3 || (extra == nil) != (res.EventsReceived > 0) || (extra != nil) != (res.EventBytesReceived > 0) {
 			t.Errorf("dmsc bench %s: %+v", strings.Join(args, " "), res)
 		}
 	}

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,10 +45,10 @@ type Config struct {
 	// EventTopics their topics (none: every topic).
 	EventStreams int
 	EventTopics  []string
-	// EventRaw makes the streams read bytes and count lines without
-	// decoding them, over plain HTTP without a token (a local cluster's
-	// nodes), so that what is measured is the servers' cost more than the
-	// readers'. EventsReceived then counts batches, not events.
+	// EventRaw makes the streams ask for gzip and count the bytes without
+	// inflating or decoding them, over plain HTTP without a token (a
+	// local cluster's nodes), so that what is measured is the servers'
+	// cost more than the readers'. EventBytesReceived then counts them.
 	EventRaw bool
 	// Connections, when set, counts the HTTP connections the nodes have
 	// accepted so far (cluster.LocalCluster.Connections); the
@@ -82,9 +81,11 @@ type Result struct {
 	// working, about one per client and node.
 	NewConnections int64 `json:"new_connections,omitempty"`
 	// EventStreams is Config.EventStreams; EventsReceived how many events
-	// they read in all during the run.
-	EventStreams   int   `json:"event_streams,omitempty"`
-	EventsReceived int64 `json:"events_received,omitempty"`
+	// they read in all during the run (EventBytesReceived: how many bytes,
+	// with Config.EventRaw).
+	EventStreams       int   `json:"event_streams,omitempty"`
+	EventsReceived     int64 `json:"events_received,omitempty"`
+	EventBytesReceived int64 `json:"event_bytes_received,omitempty"`
 	// ByOp breaks the figures down by operation.
 	ByOp map[string]OpResult `json:"by_op"`
 }
@@ -154,7 +155,7 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 		defer releaseHeld(workers)
 	}
 
-	var received atomic.Int64
+	var received streamCounts
 	open := sdkStreams(cl, cfg.EventTopics)
 	if cfg.EventRaw {
 		open = rawStreams(cl, cfg.EventTopics)
@@ -185,7 +186,7 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	cpu := processCPU() - cpu0
 	stopProgress()
 	r := summarize(&cfg, workers, elapsed)
-	r.EventStreams, r.EventsReceived = cfg.EventStreams, received.Load()
+	r.EventStreams, r.EventsReceived, r.EventBytesReceived = cfg.EventStreams, received.events.Load(), received.bytes.Load()
 	r.ProcessCPUS = round3(cpu.Seconds())
 	if cfg.Connections != nil {
 		r.NewConnections = cfg.Connections() - conns0
@@ -196,13 +197,16 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	return r, nil
 }
 
+// streamCounts is what the run's event streams received.
+type streamCounts struct{ events, bytes atomic.Int64 }
+
 // streamOpener opens the i-th of the run's event streams; read then
 // reads it, counting into received, until the stream ends.
-type streamOpener func(ctx context.Context, i int, received *atomic.Int64) (read func(), err error)
+type streamOpener func(ctx context.Context, i int, received *streamCounts) (read func(), err error)
 
 // startStreams opens n event streams with open and reads them until stop
 // is called.
-func startStreams(ctx context.Context, n int, open streamOpener, received *atomic.Int64) (stop func(), err error) {
+func startStreams(ctx context.Context, n int, open streamOpener, received *streamCounts) (stop func(), err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop = func() { cancel(); wg.Wait() }
@@ -220,29 +224,31 @@ func startStreams(ctx context.Context, n int, open streamOpener, received *atomi
 // sdkStreams opens streams of topics through the SDK, which decodes
 // them, counting events.
 func sdkStreams(cl *client.Client, topics []string) streamOpener {
-	return func(ctx context.Context, _ int, received *atomic.Int64) (func(), error) {
+	return func(ctx context.Context, _ int, received *streamCounts) (func(), error) {
 		ch, err := cl.Events(ctx, topics, 0)
 		if err != nil {
 			return nil, err
 		}
 		return func() {
 			for b := range ch {
-				received.Add(int64(len(b.Events)))
+				received.events.Add(int64(len(b.Events)))
 			}
 		}, nil
 	}
 }
 
 // rawStreams opens streams of topics on the client's nodes in turn, over
-// plain HTTP, and counts their lines without decoding them.
+// plain HTTP, gzip as a browser or the SDK asks for it, and counts their
+// bytes without inflating them.
 func rawStreams(cl *client.Client, topics []string) streamOpener {
 	q := url.Values{"topic": topics}
 	addrs := cl.Addresses()
-	return func(ctx context.Context, i int, received *atomic.Int64) (func(), error) {
+	return func(ctx context.Context, i int, received *streamCounts) (func(), error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, addrs[i%len(addrs)]+"/v1/event/stream?"+q.Encode(), nil)
 		if err != nil {
 			return nil, err
 		}
+		req.Header.Set("Accept-Encoding", "gzip") // set here, so the transport does not inflate it
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil && resp.StatusCode != http.StatusOK {
 			resp.Body.Close()
@@ -256,7 +262,7 @@ func rawStreams(cl *client.Client, topics []string) streamOpener {
 			buf := make([]byte, 64<<10)
 			for {
 				k, err := resp.Body.Read(buf)
-				received.Add(int64(bytes.Count(buf[:k], []byte{'\n'})))
+				received.bytes.Add(int64(k))
 				if err != nil {
 					return
 				}
@@ -466,7 +472,7 @@ func (r *Result) Format() string {
 	fmt.Fprintf(&b, "Mix       %s\n", r.Mix)
 	fmt.Fprintf(&b, "Duration  %.1fs\n", r.DurationS)
 	if r.EventStreams > 0 {
-		fmt.Fprintf(&b, "Streams   %d event streams read %d events\n", r.EventStreams, r.EventsReceived)
+		fmt.Fprintf(&b, "Streams   %d event streams read %d events, %d bytes\n", r.EventStreams, r.EventsReceived, r.EventBytesReceived)
 	}
 	fmt.Fprintf(&b, "Ops       %d ok, %d failed\n", r.Ops, r.Failed)
 	fmt.Fprintf(&b, "Ops/s     %.0f\n", r.OpsPerSec)
