@@ -133,7 +133,7 @@ func whyNotToWire(w *fsm.WhyNot) *wire.WhyNot {
 	}
 	return &wire.WhyNot{
 		Devices: w.Devices, Hosts: w.Hosts, Claims: mapSlice(w.Claims, claimWhyNotToWire),
-		HostsRejected: w.HostsRejected, Summary: w.Summary,
+		HostsRejected: w.HostsRejected, Quota: w.Quota, Summary: w.Summary,
 	}
 }
 
@@ -145,7 +145,7 @@ func WhyNotFromWire(w *wire.WhyNot) *fsm.WhyNot {
 	}
 	return &fsm.WhyNot{
 		Devices: w.Devices, Hosts: w.Hosts, Claims: mapSlice(w.Claims, claimWhyNotFromWire),
-		HostsRejected: w.HostsRejected, Summary: w.Summary,
+		HostsRejected: w.HostsRejected, Quota: w.Quota, Summary: w.Summary,
 	}
 }
 

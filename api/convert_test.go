@@ -285,7 +285,7 @@ func TestWireConstants(t *testing.T) {
 	// constant.
 	codes := []string{
 		wire.CodeBadRequest, wire.CodeInvalid, wire.CodeBadSnapshot, wire.CodeNotFound, wire.CodeMethodNotAllowed,
-		wire.CodeConflict, wire.CodeNotActive, wire.CodeNoCapacity, wire.CodeRequestIDReused, wire.CodeBodyTooLarge, wire.CodeOverloaded,
+		wire.CodeConflict, wire.CodeNotActive, wire.CodeNoCapacity, wire.CodeQuotaExceeded, wire.CodeRequestIDReused, wire.CodeBodyTooLarge, wire.CodeOverloaded,
 		wire.CodeNoLeader, wire.CodeNotLeader, wire.CodeShutdown, wire.CodeNotServer, wire.CodeTimeout,
 		wire.CodeInternal, wire.CodeForbidden, wire.CodeReplicaFailed, wire.CodeStorageFailed,
 		wire.CodeFeatureUnavailable,

@@ -53,6 +53,7 @@ var statusOfCode = map[string]int{
 	fsm.ErrConflict.Code:          http.StatusConflict,
 	fsm.ErrNotActive.Code:         http.StatusConflict,
 	fsm.ErrNoCapacity.Code:        http.StatusConflict,
+	fsm.ErrQuotaExceeded.Code:     http.StatusConflict,
 	fsm.ErrRequestIDReused.Code:   http.StatusUnprocessableEntity,
 	wire.CodeBodyTooLarge:         http.StatusRequestEntityTooLarge,
 	wire.CodeOverloaded:           http.StatusTooManyRequests,

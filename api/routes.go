@@ -89,6 +89,9 @@ func routes() []route {
 		{method: "DELETE", path: "/v1/pools/{pool}/policy", handle: (*Server).deletePoolPolicy, need: capWrite(fsm.AreaPolicies)},
 		{method: "GET", path: "/v1/policies", handle: (*Server).getPolicies, need: capRead(fsm.AreaPolicies)},
 		{method: "PUT", path: "/v1/policies/{type}", handle: (*Server).setTypePolicy, need: capWrite(fsm.AreaPolicies)},
+		{method: "GET", path: "/v1/quotas", handle: (*Server).listQuotas, need: capRead(fsm.AreaAllocations)},
+		{method: "PUT", path: "/v1/quotas/{namespace}", handle: (*Server).setQuota, need: capWrite(fsm.AreaOperator)},
+		{method: "DELETE", path: "/v1/quotas/{namespace}", handle: (*Server).deleteQuota, need: capWrite(fsm.AreaOperator)},
 		{method: "GET", path: "/v1/retention", handle: (*Server).getRetention, need: capRead(fsm.AreaOperator)},
 		{method: "PUT", path: "/v1/retention", handle: (*Server).setRetention, need: capWrite(fsm.AreaOperator)},
 

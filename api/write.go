@@ -38,7 +38,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, cmd fsm.Command, 
 	if err != nil {
 		return res, err
 	}
-	if res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) {
+	if res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded) {
 		w.Header().Set(wire.HeaderIndex, strconv.FormatUint(res.Index, 10))
 	}
 	if res.Err != nil {

@@ -71,6 +71,10 @@ var (
 	// ErrNoCapacity: nothing fits now (timeout 0) or before the request's
 	// deadline; APIError.WhyNot explains.
 	ErrNoCapacity = sentinel(wire.CodeNoCapacity, "no device fits the request")
+	// ErrQuotaExceeded: the request would take its namespace past its
+	// quota; APIError.WhyNot.Quota names the limit. Recorded in the
+	// history as a failed allocation, as a refusal for capacity is.
+	ErrQuotaExceeded = sentinel(wire.CodeQuotaExceeded, "the request would pass its namespace's quota")
 	// ErrRequestIDReused: the request ID was used before, in the same
 	// namespace, for another request; nothing was done.
 	ErrRequestIDReused = sentinel(wire.CodeRequestIDReused, "request id used before for another request")

@@ -102,13 +102,14 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	s.agg.dev.added++
 	s.emitAlloc(a, EventCreated)
 
-	if p := s.place(&a.Request, pc); p != nil {
+	p, overQuota := s.placeInQuota(ns, &a.Request, pc)
+	if p != nil {
 		s.allocs[a.ID] = a
 		s.activate(a, p)
 		return Result{Allocation: a.clone()}
 	}
-	if definition(pc.Policy).preempts {
-		if victims, p := s.preempt(a, pc); p != nil {
+	if overQuota == "" && definition(pc.Policy).preempts {
+		if victims, p := s.preempt(a, pc); p != nil && s.quotaExceeded(ns, &a.Request, p) == "" {
 			s.allocs[a.ID] = a
 			for _, v := range victims {
 				v.PreemptedBy = a.ID
@@ -122,15 +123,20 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 		}
 	}
 	why := s.explain(&a.Request)
+	refusal, reason := ErrNoCapacity, "no capacity"
+	if overQuota != "" {
+		why.Quota, why.Summary = overQuota, overQuota
+		refusal, reason = ErrQuotaExceeded, "quota exceeded"
+	}
 	a.WhyNot = why
 	if a.Request.Timeout == 0 {
 		a.Status = Failed
 		a.EndedAt = s.now
-		a.Reason = "no capacity"
+		a.Reason = reason
 		s.history.add(a)
 		s.aggLiveEnter(a)
 		s.emitAlloc(a, string(Failed))
-		return Result{Allocation: a.clone(), Err: &Error{Code: ErrNoCapacity.Code, Message: why.Summary, WhyNot: why}}
+		return Result{Allocation: a.clone(), Err: &Error{Code: refusal.Code, Message: why.Summary, WhyNot: why}}
 	}
 	a.Deadline = s.now + int64(a.Request.Timeout)
 	s.allocs[a.ID] = a
@@ -310,7 +316,7 @@ func (s *State) kickQueue() {
 			// times it out. Placing it now would leak the devices.
 			continue
 		}
-		if p := s.place(&a.Request, s.requestPolicy(&a.Request)); p != nil {
+		if p, _ := s.placeInQuota(a.Namespace, &a.Request, s.requestPolicy(&a.Request)); p != nil {
 			s.activate(a, p)
 		}
 	}

@@ -30,6 +30,7 @@ const (
 	ACLTokenUpsertType   CommandType = 16
 	ACLTokenDeleteType   CommandType = 17
 	DrainHostType        CommandType = 18
+	SetQuotaType         CommandType = 19
 )
 
 // Meta is carried by every command: the client's request ID (a retried
@@ -189,6 +190,8 @@ func newCommand(t CommandType) Command {
 		return &SetDeviceStatus{}
 	case DrainHostType:
 		return &DrainHost{}
+	case SetQuotaType:
+		return &SetQuota{}
 	case AllocateType:
 		return &Allocate{}
 	case ReleaseType:

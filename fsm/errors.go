@@ -20,6 +20,9 @@ var (
 	ErrNotFound       = &Error{Code: "not_found", Message: "not found"}
 	ErrConflict       = &Error{Code: "conflict", Message: "conflict"}
 	ErrNoCapacity     = &Error{Code: "no_capacity", Message: "no device fits the request"}
+	// ErrQuotaExceeded: the request would take its namespace past its
+	// quota (quota.go); the why-not names the limit.
+	ErrQuotaExceeded = &Error{Code: "quota_exceeded", Message: "the request would pass its namespace's quota"}
 	ErrNotActive      = &Error{Code: "not_active", Message: "allocation is not active"}
 	ErrUnknownCommand = &Error{Code: "unknown_command", Message: "unknown command type"}
 	ErrSnapshot       = &Error{Code: "bad_snapshot", Message: "snapshot cannot be restored"}
@@ -31,7 +34,7 @@ var (
 var sentinels = map[string]*Error{}
 
 func init() {
-	for _, e := range []*Error{ErrInvalid, ErrNotFound, ErrConflict, ErrNoCapacity, ErrNotActive, ErrUnknownCommand, ErrSnapshot, ErrRequestIDReused} {
+	for _, e := range []*Error{ErrInvalid, ErrNotFound, ErrConflict, ErrNoCapacity, ErrQuotaExceeded, ErrNotActive, ErrUnknownCommand, ErrSnapshot, ErrRequestIDReused} {
 		sentinels[e.Code] = e
 	}
 }

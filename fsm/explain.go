@@ -14,8 +14,12 @@ type WhyNot struct {
 	Claims  []ClaimWhyNot `json:"claims"`
 	// HostsRejected counts hosts that had fitting devices for every claim
 	// one by one, but not for all claims together.
-	HostsRejected int    `json:"hosts_rejected,omitempty"`
-	Summary       string `json:"summary"`
+	HostsRejected int `json:"hosts_rejected,omitempty"`
+	// Quota, when set, is the limit of the namespace's quota the request
+	// would pass (then Summary says the same): devices may fit, but the
+	// namespace may not take them.
+	Quota   string `json:"quota,omitempty"`
+	Summary string `json:"summary"`
 }
 
 // ClaimWhyNot is the filter breakdown for one claim.

@@ -284,6 +284,7 @@ func (s *State) removeClassDevice(d *Device) {
 // unindex removes a device from the free sets, before the device or its
 // host changes.
 func (s *State) unindex(d *Device) {
+	s.countUse(d, -1)
 	delete(s.head.devices, d.ID)
 	s.markFragStale(d.Host)
 	s.markHostDirty(d.Host)
@@ -308,6 +309,7 @@ func (s *State) unindex(d *Device) {
 
 // reindex adds a device back after a change.
 func (s *State) reindex(d *Device) {
+	s.countUse(d, 1)
 	delete(s.head.devices, d.ID)
 	s.markFragStale(d.Host)
 	s.markHostDirty(d.Host)

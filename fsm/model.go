@@ -160,6 +160,8 @@ type Device struct {
 	cls     *class
 	indexed bool
 	idxFree float64
+	// useCounted: the use of its allocations is in State.use (quota.go).
+	useCounted bool
 }
 
 // Free is the device's free capacity.

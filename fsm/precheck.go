@@ -62,6 +62,8 @@ func precheck(c Command) *Error {
 		}
 	case *SetPolicy:
 		return precheckPolicy(c)
+	case *SetQuota:
+		return validQuota(&c.Quota, c.Delete)
 	case *SetRetention:
 		r := c.Retention
 		if r.MaxCount < 1 || r.MaxCount > MaxRetentionCount {

@@ -15,37 +15,42 @@ func badStep(kind string, want *fsm.Error, c fsm.Command) step {
 }
 
 func (g *cmdGen) badRelease(s *fsm.State, v *publicView) step {
-	var ended []string
+	var ended []*fsm.Allocation
 	for _, id := range g.allocIDs {
 		if a, ok := s.Allocation(id); ok && !a.Status.Live() {
-			ended = append(ended, id)
+			ended = append(ended, a)
 		}
 	}
 	switch r := g.rng.Intn(7); {
 	case r == 0 && len(ended) > 0:
-		return badStep("release ended", fsm.ErrNotActive, &fsm.Release{AllocationID: pick(g, ended...)})
+		a := pick(g, ended...)
+		return badStep("release ended", fsm.ErrNotActive, inNamespaceOf(a, &fsm.Release{AllocationID: a.ID}))
 	case r == 1 && len(ended) > 0:
-		return badStep("renew ended", fsm.ErrNotActive, &fsm.Renew{AllocationID: pick(g, ended...)})
+		a := pick(g, ended...)
+		return badStep("renew ended", fsm.ErrNotActive, inNamespaceOf(a, &fsm.Renew{AllocationID: a.ID}))
 	case r == 2 && len(ended) > 0:
-		return badStep("cancel ended", fsm.ErrNotActive, &fsm.Cancel{AllocationID: pick(g, ended...)})
+		a := pick(g, ended...)
+		return badStep("cancel ended", fsm.ErrNotActive, inNamespaceOf(a, &fsm.Cancel{AllocationID: a.ID}))
 	case r == 3:
 		if p := g.liveWith(v, fsm.Pending); len(p) > 0 {
+			a := pick(g, p...)
 			if g.chance(50) {
-				return badStep("release pending", fsm.ErrNotActive, &fsm.Release{AllocationID: pick(g, p...).ID})
+				return badStep("release pending", fsm.ErrNotActive, inNamespaceOf(a, &fsm.Release{AllocationID: a.ID}))
 			}
-			return badStep("renew pending", fsm.ErrNotActive, &fsm.Renew{AllocationID: pick(g, p...).ID})
+			return badStep("renew pending", fsm.ErrNotActive, inNamespaceOf(a, &fsm.Renew{AllocationID: a.ID}))
 		}
 	case r == 4:
 		if a := g.liveWith(v, fsm.Active); len(a) > 0 {
-			return badStep("cancel active", fsm.ErrConflict, &fsm.Cancel{AllocationID: pick(g, a...).ID})
+			al := pick(g, a...)
+			return badStep("cancel active", fsm.ErrConflict, inNamespaceOf(al, &fsm.Cancel{AllocationID: al.ID}))
 		}
 	case r == 5:
 		if a := g.liveWith(v, fsm.Active); len(a) > 0 {
 			al := pick(g, a...)
 			if al.Request.LeaseTTL == 0 {
-				return badStep("renew without ttl", fsm.ErrInvalid, &fsm.Renew{AllocationID: al.ID})
+				return badStep("renew without ttl", fsm.ErrInvalid, inNamespaceOf(al, &fsm.Renew{AllocationID: al.ID}))
 			}
-			return badStep("renew negative ttl", fsm.ErrInvalid, &fsm.Renew{AllocationID: al.ID, TTL: -time.Second})
+			return badStep("renew negative ttl", fsm.ErrInvalid, inNamespaceOf(al, &fsm.Renew{AllocationID: al.ID, TTL: -time.Second}))
 		}
 	}
 	id := randomUUID(g.rng)

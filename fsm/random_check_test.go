@@ -23,6 +23,15 @@ func checkOutcome(st *step, res fsm.Result, v *publicView, s *fsm.State) (string
 		return "outcome ok", nil
 	}
 	a := res.Allocation
+	if errors.Is(res.Err, fsm.ErrQuotaExceeded) {
+		if _, ok := s.QuotaOf(fsm.NamespaceOf(c)); !ok {
+			return "", fmt.Errorf("refused for a quota namespace %s does not have: %v", fsm.NamespaceOf(c), res.Err)
+		}
+		if c.Request.Timeout != 0 || a == nil || a.Status != fsm.Failed || a.WhyNot == nil || a.WhyNot.Quota == "" {
+			return "", fmt.Errorf("refusal for quota without a failed allocation and a why-not naming the limit: %+v", a)
+		}
+		return "outcome over quota", nil
+	}
 	if res.Err != nil {
 		if !errors.Is(res.Err, fsm.ErrNoCapacity) {
 			return "", fmt.Errorf("valid request refused: %v", res.Err)
@@ -100,11 +109,16 @@ type publicView struct {
 	hostByID map[string]*fsm.Host
 	devByID  map[string]*fsm.Device
 	liveByID map[string]*fsm.Allocation
+	// quotaNS are the namespaces with a quota.
+	quotaNS map[string]bool
 }
 
 func observe(s *fsm.State) *publicView {
 	v := &publicView{now: s.Now().UnixNano(), hosts: s.Hosts(), devs: s.Devices(), live: s.Live(), queue: s.Queue(),
-		hostByID: map[string]*fsm.Host{}, devByID: map[string]*fsm.Device{}, liveByID: map[string]*fsm.Allocation{}}
+		hostByID: map[string]*fsm.Host{}, devByID: map[string]*fsm.Device{}, liveByID: map[string]*fsm.Allocation{}, quotaNS: map[string]bool{}}
+	for _, q := range s.Quotas() {
+		v.quotaNS[q.Namespace] = true
+	}
 	for i := range v.hosts {
 		v.hostByID[v.hosts[i].ID] = &v.hosts[i]
 	}
@@ -194,8 +208,9 @@ func (v *publicView) check(afterTick bool) error {
 				return fmt.Errorf("pending allocation %s is past its deadline after a tick", a.ID)
 			}
 			// A request past its deadline is not placed any more; the
-			// next tick times it out.
-			if a.Deadline > v.now {
+			// next tick times it out. One of a namespace with a quota may
+			// wait for the quota (checkQuotas checks what is placed).
+			if a.Deadline > v.now && !v.quotaNS[a.Namespace] {
 				if h := v.fitHost(&a.Request); h != "" {
 					return fmt.Errorf("pending allocation %s (%+v) clearly fits on host %s now", a.ID, a.Request, h)
 				}
@@ -409,4 +424,55 @@ func (v *publicView) fitHost(r *fsm.Request) string {
 		}
 	}
 	return ""
+}
+
+// checkQuotas: every allocation this command placed (new, or served from
+// the queue) left its namespace within each limit of its quota that its
+// devices fall under, counted from the public view.
+func (v *publicView) checkQuotas(prev *publicView, s *fsm.State) error {
+	for _, a := range v.live {
+		if was, ok := prev.liveByID[a.ID]; a.Status != fsm.Active || (ok && was.Status == fsm.Active) {
+			continue
+		}
+		q, ok := s.QuotaOf(a.Namespace)
+		if !ok {
+			continue
+		}
+		for _, l := range q.Limits {
+			under := func(id string) bool {
+				d := v.devByID[id]
+				return d != nil && d.Type == l.DeviceType && (l.Pool == "" || d.Pool == l.Pool)
+			}
+			touched := false
+			for _, as := range a.Devices {
+				touched = touched || under(as.DeviceID)
+			}
+			if !touched {
+				continue
+			}
+			count, amount := 0, [4]float64{}
+			for _, b := range v.live {
+				if b.Status != fsm.Active || b.Namespace != a.Namespace {
+					continue
+				}
+				for _, as := range b.Devices {
+					if under(as.DeviceID) {
+						count++
+						for k, x := range resVec(as.Amount) {
+							amount[k] += x
+						}
+					}
+				}
+			}
+			if l.MaxCount != nil && count > *l.MaxCount {
+				return fmt.Errorf("%s placed %s: %s holds %d %s devices (pool %q), quota %d", a.Namespace, a.ID, a.Namespace, count, l.DeviceType, l.Pool, *l.MaxCount)
+			}
+			for k, m := range resVec(l.MaxAmount) {
+				if m > 0 && amount[k] > m+tolerance {
+					return fmt.Errorf("%s placed %s: %s holds %g of amount %d of %s (pool %q), quota %g", a.Namespace, a.ID, a.Namespace, amount[k], k, l.DeviceType, l.Pool, m)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -31,6 +31,9 @@ type cachedRequest struct {
 	code    string
 	at      int64 // state time after the command
 	raw     []byte
+	// ns is the command's namespace ("" for the default): request IDs
+	// are remembered per namespace.
+	ns string
 }
 
 // matches reports whether res is the result cached for the request ID.
@@ -124,6 +127,8 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 		st = g.setRetention()
 	case r < 895:
 		st = g.setServerRemoved(s)
+	case r < 910:
+		st = g.setQuota(s)
 	default:
 		st = g.badCommand(s, v)
 	}
@@ -144,6 +149,7 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 			fsm.Stamp(st.cmd, time.Unix(0, at))
 		} else {
 			st.kind = "reused id, " + st.kind
+			fsm.SetNamespace(st.cmd, c.ns)
 		}
 		fsm.SetRequestID(st.cmd, id)
 	case g.chance(3) && len(g.refusedIDs) > 0:
@@ -236,12 +242,15 @@ func (g *cmdGen) learn(st *step, idx uint64, res fsm.Result, s *fsm.State) {
 	code := ""
 	if res.Err != nil {
 		code = res.Err.(*fsm.Error).Code
-		if code != fsm.ErrNoCapacity.Code {
+		if code != fsm.ErrNoCapacity.Code && code != fsm.ErrQuotaExceeded.Code {
 			g.refusedIDs = append(g.refusedIDs, id)
 			return
 		}
 	}
 	c := cachedRequest{index: idx, code: code, at: s.Now().UnixNano()}
+	if ns := fsm.NamespaceOf(st.cmd); ns != fsm.DefaultNamespace {
+		c.ns = ns
+	}
 	if res.Allocation != nil {
 		c.allocID = res.Allocation.ID
 	}
@@ -512,8 +521,14 @@ func (g *cmdGen) request(v *publicView) fsm.Request {
 	return r
 }
 
+// namespaces are those of the log's requests; the teams may have quotas.
+var namespaces = []string{fsm.DefaultNamespace, fsm.DefaultNamespace, fsm.DefaultNamespace, "team-a", "team-b", "team-c"}
+
 func (g *cmdGen) allocate(v *publicView) step {
 	c := &fsm.Allocate{Request: g.request(v)}
+	if ns := pick(g, namespaces...); ns != fsm.DefaultNamespace {
+		fsm.SetNamespace(c, ns)
+	}
 	if g.chance(7) {
 		c.AllocationID = randomUUID(g.rng)
 	}
@@ -545,7 +560,7 @@ func (g *cmdGen) release(s *fsm.State, v *publicView) step {
 		return g.badRelease(s, v)
 	}
 	a := active[g.rng.Intn(len(active))]
-	return step{kind: "release", cmd: &fsm.Release{AllocationID: a.ID}}
+	return step{kind: "release", cmd: inNamespaceOf(a, &fsm.Release{AllocationID: a.ID})}
 }
 
 func (g *cmdGen) renew(s *fsm.State, v *publicView) step {
@@ -554,7 +569,7 @@ func (g *cmdGen) renew(s *fsm.State, v *publicView) step {
 		return g.badRelease(s, v)
 	}
 	a := active[g.rng.Intn(len(active))]
-	c := &fsm.Renew{AllocationID: a.ID}
+	c := inNamespaceOf(a, &fsm.Renew{AllocationID: a.ID})
 	if a.Request.LeaseTTL == 0 || g.chance(50) {
 		c.TTL = time.Duration(1+g.rng.Intn(1800)) * time.Second
 	}
@@ -567,7 +582,43 @@ func (g *cmdGen) cancel(s *fsm.State, v *publicView) step {
 		return g.badRelease(s, v)
 	}
 	a := pending[g.rng.Intn(len(pending))]
-	return step{kind: "cancel", cmd: &fsm.Cancel{AllocationID: a.ID}}
+	return step{kind: "cancel", cmd: inNamespaceOf(a, &fsm.Cancel{AllocationID: a.ID})}
+}
+
+// inNamespaceOf is c acting in a's namespace.
+func inNamespaceOf[C fsm.Command](a *fsm.Allocation, c C) C {
+	if a.Namespace != fsm.DefaultNamespace {
+		fsm.SetNamespace(c, a.Namespace)
+	}
+	return c
+}
+
+// setQuota sets a team's quota (limits on GPUs, in all pools or in p1,
+// and on CPU compute units), or deletes it; deleting one that is not
+// there is refused.
+func (g *cmdGen) setQuota(s *fsm.State) step {
+	ns := pick(g, "team-a", "team-b", "team-c")
+	if g.chance(20) {
+		st := step{kind: "delete quota", cmd: &fsm.SetQuota{Quota: fsm.Quota{Namespace: ns}, Delete: true}}
+		if _, ok := s.QuotaOf(ns); !ok {
+			st.kind, st.bad, st.want = "delete a quota not set", true, fsm.ErrNotFound
+		}
+		return st
+	}
+	n := func(k int) *int { return &k }
+	var q fsm.Quota
+	q.Namespace = ns
+	if g.chance(70) {
+		q.Limits = append(q.Limits, fsm.QuotaLimit{DeviceType: fsm.GPU, MaxCount: n(g.rng.Intn(7))})
+	}
+	if g.chance(40) {
+		q.Limits = append(q.Limits, fsm.QuotaLimit{DeviceType: fsm.GPU, Pool: "p1", MaxCount: n(g.rng.Intn(3)),
+			MaxAmount: fsm.Resources{MemoryGB: pick(g, 0.0, 40, 100)}})
+	}
+	if len(q.Limits) == 0 || g.chance(40) {
+		q.Limits = append(q.Limits, fsm.QuotaLimit{DeviceType: fsm.CPU, MaxAmount: fsm.Resources{ComputeUnits: pick(g, 4.0, 16, 64)}})
+	}
+	return step{kind: "set quota", cmd: &fsm.SetQuota{Quota: q}}
 }
 
 func (g *cmdGen) tick() step {

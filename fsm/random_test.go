@@ -154,7 +154,7 @@ func TestRandomLog(t *testing.T) {
 				fail(i, &st, "replica restored after command %d recorded other events:\n%s\n%s", r.from, evJSON, got)
 			}
 		}
-		applied := res.Index == idx && (res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity))
+		applied := res.Index == idx && (res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded))
 		if err := events.step(primary, idx, applied, evs); err != nil {
 			fail(i, &st, "events: %v", err)
 		}
@@ -181,6 +181,9 @@ func TestRandomLog(t *testing.T) {
 		view = observe(primary)
 		if err := view.check(st.cmd.Type() == fsm.TickType && fresh && res.Err == nil); err != nil {
 			fail(i, &st, "public view: %v", err)
+		}
+		if err := view.checkQuotas(prevView, primary); err != nil {
+			fail(i, &st, "quota: %v", err)
 		}
 
 		switch {
@@ -261,7 +264,8 @@ func TestRandomLog(t *testing.T) {
 	for _, k := range []string{"request id repeated", "error invalid_argument", "error not_found",
 		"error not_active", "error conflict", "error no_capacity", "outcome active", "outcome queued",
 		"outcome failed", "outcome preempting", "served from queue", "ended released", "ended lost",
-		"ended expired", "ended timed_out", "ended preempted", "ended cancelled", "ended drained", "drain host true", "drain host false"} {
+		"ended expired", "ended timed_out", "ended preempted", "ended cancelled", "ended drained", "drain host true", "drain host false",
+		"set quota", "delete quota", "outcome over quota", "error quota_exceeded"} {
 		if stats[k] == 0 {
 			t.Errorf("seed %d: the log never reached %q", seed, k)
 		}

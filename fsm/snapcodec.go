@@ -159,10 +159,18 @@ func (e *enc) alloc(a *Allocation) (dev int) {
 	return dev
 }
 
+// whyNot starts with a tag: 0 none, 1 a why-not, 2 one with a quota
+// (written after the summary), so that why-nots without one keep the
+// bytes they had before quotas.
 func (e *enc) whyNot(w *WhyNot) {
-	e.boolean(w != nil)
-	if w == nil {
+	switch {
+	case w == nil:
+		e.b = append(e.b, 0)
 		return
+	case w.Quota == "":
+		e.b = append(e.b, 1)
+	default:
+		e.b = append(e.b, 2)
 	}
 	e.int(w.Devices)
 	e.int(w.Hosts)
@@ -183,6 +191,9 @@ func (e *enc) whyNot(w *WhyNot) {
 	}
 	e.int(w.HostsRejected)
 	e.str(w.Summary)
+	if w.Quota != "" {
+		e.str(w.Quota)
+	}
 }
 
 func (e *enc) cacheEntry(c *cacheEntry) {
@@ -579,7 +590,13 @@ func (d *dec) allocInto(a *Allocation) {
 }
 
 func (d *dec) whyNot() *WhyNot {
-	if !d.boolean() {
+	if len(d.b) == 0 || d.b[0] > 2 {
+		d.fail()
+		return nil
+	}
+	tag := d.b[0]
+	d.b = d.b[1:]
+	if tag == 0 {
 		return nil
 	}
 	w := &WhyNot{}
@@ -605,6 +622,11 @@ func (d *dec) whyNot() *WhyNot {
 	}
 	w.HostsRejected = d.int()
 	w.Summary = d.sym()
+	if tag == 2 {
+		if w.Quota = d.sym(); w.Quota == "" {
+			d.fail() // tag 2 says there is one
+		}
+	}
 	return w
 }
 

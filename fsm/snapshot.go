@@ -55,6 +55,8 @@ type snapshotConfig struct {
 	RemovedServers map[string]int64 `json:"removed_servers,omitempty"`
 	// Drains are the drained hosts' drains, absent when none is.
 	Drains map[string]HostDrain `json:"drains,omitempty"`
+	// Quotas are the namespaces' quotas by namespace, absent when none.
+	Quotas []Quota `json:"quotas,omitempty"`
 	// ACL is absent until ACLs are used.
 	ACL *aclSnapshot `json:"acl,omitempty"`
 }
@@ -90,6 +92,7 @@ func (s *State) snapshotConfig() snapshotConfig {
 		Shapes:         s.shapes.list,
 		RemovedServers: s.removedServers,
 		Drains:         s.drains(),
+		Quotas:         s.Quotas(),
 	}
 	if used, _ := s.ACLBootstrapped(); used || len(s.acl.policies) > 0 || len(s.acl.tokens) > 1 {
 		c.ACL = &aclSnapshot{BootstrapIndex: s.acl.bootstrapIndex, Policies: s.ACLPolicies(), Tokens: s.ACLTokens()}
@@ -252,6 +255,9 @@ func restoreV1(r io.Reader) (*State, error) {
 		return nil, err
 	}
 	if err := s.restoreDrains(snap.Drains); err != nil {
+		return nil, err
+	}
+	if err := s.restoreQuotas(snap.Quotas); err != nil {
 		return nil, err
 	}
 	g := newStatsGather()
@@ -565,6 +571,9 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 		return nil, err
 	}
 	if err := s.restoreDrains(c.Drains); err != nil {
+		return nil, err
+	}
+	if err := s.restoreQuotas(c.Quotas); err != nil {
 		return nil, err
 	}
 	sr.devs = make(map[string]restoredDev, len(s.devices))

@@ -37,6 +37,10 @@ type State struct {
 	// removedServers are the servers an operator removed, with when.
 	removedServers map[string]int64
 	acl            *aclState
+	// quotas are the namespaces' quotas; use what each namespace holds,
+	// derived from the devices' allocations (quota.go).
+	quotas map[string]*Quota
+	use    map[useKey]*held
 
 	idx *index
 	// agg holds the figures of Stats (stats_agg.go), derived state.
@@ -70,6 +74,8 @@ func New() *State {
 		typePolicies: map[DeviceType]PolicyConfig{},
 		poolPolicies: map[string]PolicyConfig{},
 		cursors:      map[DeviceType]string{},
+		quotas:       map[string]*Quota{},
+		use:          map[useKey]*held{},
 		retention:    DefaultRetention,
 		shapes:       newShapeWindow(),
 		idx:          newIndex(),
@@ -138,10 +144,10 @@ func (s *State) Apply(idx uint64, c Command) Result {
 }
 
 // isRecorded reports whether a refusal still changed the state (a request
-// refused for capacity is kept in the history).
+// refused for capacity or quota is kept in the history).
 func isRecorded(err error) bool {
 	e, ok := err.(*Error)
-	return ok && e.Code == ErrNoCapacity.Code
+	return ok && (e.Code == ErrNoCapacity.Code || e.Code == ErrQuotaExceeded.Code)
 }
 
 func (s *State) cachedResult(e cacheEntry) Result {
@@ -169,6 +175,8 @@ func (s *State) apply(idx uint64, c Command) Result {
 		return s.setDeviceStatus(c)
 	case *DrainHost:
 		return s.drainHost(c)
+	case *SetQuota:
+		return s.setQuota(idx, c)
 	case *Allocate:
 		return s.allocate(idx, c)
 	case *Release:

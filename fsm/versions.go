@@ -12,7 +12,7 @@ import (
 // command's level (cluster/DESIGN.md, "Rolling upgrades"). Level 1 is
 // the first release: command types 1–17, snapshot format 2 (format 1
 // still restores) and RegisterHost's inventory hash. Level 2 (0.2.0)
-// adds DrainHost. A release that adds a command
+// adds DrainHost, level 3 (0.3.0) SetQuota. A release that adds a command
 // type raises the level by one and lists the type below with the level
 // and the first version that knows it. Levels only grow; a type never
 // changes level.
@@ -25,7 +25,7 @@ type Since struct {
 }
 
 // baseLevel is the level of this release without test knobs.
-const baseLevel = 2
+const baseLevel = 3
 
 // commandSince is the table of every command type this binary knows.
 var commandSince = map[CommandType]Since{
@@ -47,10 +47,11 @@ var commandSince = map[CommandType]Since{
 	ACLTokenUpsertType:   {1, "0.1.0"},
 	ACLTokenDeleteType:   {1, "0.1.0"},
 	DrainHostType:        {2, "0.2.0"},
+	SetQuotaType:         {3, "0.3.0"},
 }
 
 // levelVersions is the first version of each feature level, from 1.
-var levelVersions = []string{"0.1.0", "0.2.0"}
+var levelVersions = []string{"0.1.0", "0.2.0", "0.3.0"}
 
 // TestNoopType is a command type known only to a binary started with the
 // test knob (EnableTestNoop): it stands for the command type a future
@@ -59,7 +60,7 @@ const TestNoopType CommandType = 250
 
 // testNoopSince is the level and version the test command pretends to
 // need.
-var testNoopSince = Since{Level: baseLevel + 1, Version: "0.3.0"}
+var testNoopSince = Since{Level: baseLevel + 1, Version: "0.4.0"}
 
 var testNoop atomic.Bool
 

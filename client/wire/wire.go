@@ -51,6 +51,9 @@ const (
 	// CodeNoCapacity: nothing fits now, or before the request's deadline;
 	// Error.WhyNot explains.
 	CodeNoCapacity = "no_capacity"
+	// CodeQuotaExceeded: the request would take its namespace past its
+	// quota; Error.WhyNot.Quota names the limit.
+	CodeQuotaExceeded = "quota_exceeded"
 	// CodeRequestIDReused: the request ID was used before, in the same
 	// namespace, for another request; a retry must send the same request.
 	CodeRequestIDReused = "request_id_reused"

@@ -212,10 +212,13 @@ func (c *apiCommand) fail(err error) int {
 		}})
 		return exitCode(err)
 	}
-	if errors.As(err, &ae) && ae.Code == client.ErrNoCapacity.Code {
-		if ae.WhyNot == nil {
+	if errors.As(err, &ae) && (ae.Code == client.ErrNoCapacity.Code || ae.Code == client.ErrQuotaExceeded.Code) {
+		switch {
+		case ae.WhyNot == nil:
 			c.ui.Error("Refused: " + ae.Message)
-		} else {
+		case ae.WhyNot.Quota != "":
+			c.ui.Error("Refused: " + ae.WhyNot.Quota + ".")
+		default:
 			c.ui.Error("Refused: no device fits the request.")
 		}
 		if ae.AllocationID != "" {
@@ -236,7 +239,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, client.ErrNoCapacity):
+	case errors.Is(err, client.ErrNoCapacity), errors.Is(err, client.ErrQuotaExceeded):
 		return exitCapacity
 	case errors.Is(err, client.ErrNotFound):
 		return exitNotFound

@@ -304,7 +304,7 @@ func operatorCommands(ui cli.Ui) map[string]cli.CommandFactory {
 func apiCommands(ui cli.Ui) map[string]cli.CommandFactory {
 	out := map[string]cli.CommandFactory{}
 	for _, group := range []map[string]cli.CommandFactory{
-		allocCommands(ui), deviceCommands(ui), hostCommands(ui), policyCommands(ui), operatorCommands(ui), aclCommands(ui), eventCommands(ui),
+		allocCommands(ui), deviceCommands(ui), hostCommands(ui), quotaCommands(ui), policyCommands(ui), operatorCommands(ui), aclCommands(ui), eventCommands(ui),
 	} {
 		for k, f := range group {
 			out[k] = f
