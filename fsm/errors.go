@@ -16,13 +16,13 @@ type Error struct {
 
 // Sentinel errors. Compare with errors.Is.
 var (
-	ErrInvalid        = &Error{Code: "invalid_argument", Message: "invalid argument"}
-	ErrNotFound       = &Error{Code: "not_found", Message: "not found"}
-	ErrConflict       = &Error{Code: "conflict", Message: "conflict"}
-	ErrNoCapacity     = &Error{Code: "no_capacity", Message: "no device fits the request"}
+	ErrInvalid    = &Error{Code: "invalid_argument", Message: "invalid argument"}
+	ErrNotFound   = &Error{Code: "not_found", Message: "not found"}
+	ErrConflict   = &Error{Code: "conflict", Message: "conflict"}
+	ErrNoCapacity = &Error{Code: "no_capacity", Message: "no device fits the request"}
 	// ErrQuotaExceeded: the request would take its namespace past its
 	// quota (quota.go); the why-not names the limit.
-	ErrQuotaExceeded = &Error{Code: "quota_exceeded", Message: "the request would pass its namespace's quota"}
+	ErrQuotaExceeded  = &Error{Code: "quota_exceeded", Message: "the request would pass its namespace's quota"}
 	ErrNotActive      = &Error{Code: "not_active", Message: "allocation is not active"}
 	ErrUnknownCommand = &Error{Code: "unknown_command", Message: "unknown command type"}
 	ErrSnapshot       = &Error{Code: "bad_snapshot", Message: "snapshot cannot be restored"}
