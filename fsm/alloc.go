@@ -298,8 +298,9 @@ func (s *State) cancel(c *Cancel) Result {
 }
 
 // kickQueue re-examines pending requests, highest priority first and FIFO
-// within a priority, and places every one that fits now and whose deadline
-// has not passed.
+// within a priority (under fair share, by namespace share first:
+// fairOrder), and places every one that fits now and whose deadline has
+// not passed.
 func (s *State) kickQueue() {
 	if s.queue.Len() == 0 {
 		return
@@ -309,16 +310,25 @@ func (s *State) kickQueue() {
 		keys = append(keys, k)
 		return true
 	})
-	for _, k := range keys {
+	try := func(k queueKey) bool {
 		a := s.allocs[k.id]
 		if a.Deadline <= s.now {
 			// Past its deadline: the client has given up; the next tick
 			// times it out. Placing it now would leak the devices.
-			continue
+			return false
 		}
-		if p, _ := s.placeInQuota(a.Namespace, &a.Request, s.requestPolicy(&a.Request)); p != nil {
+		p, _ := s.placeInQuota(a.Namespace, &a.Request, s.requestPolicy(&a.Request))
+		if p != nil {
 			s.activate(a, p)
 		}
+		return p != nil
+	}
+	if s.fair != nil {
+		s.fairOrder(keys, try)
+		return
+	}
+	for _, k := range keys {
+		try(k)
 	}
 }
 

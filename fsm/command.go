@@ -31,6 +31,7 @@ const (
 	ACLTokenDeleteType   CommandType = 17
 	DrainHostType        CommandType = 18
 	SetQuotaType         CommandType = 19
+	SetFairShareType     CommandType = 20
 )
 
 // Meta is carried by every command: the client's request ID (a retried
@@ -192,6 +193,8 @@ func newCommand(t CommandType) Command {
 		return &DrainHost{}
 	case SetQuotaType:
 		return &SetQuota{}
+	case SetFairShareType:
+		return &SetFairShare{}
 	case AllocateType:
 		return &Allocate{}
 	case ReleaseType:

@@ -64,6 +64,8 @@ func precheck(c Command) *Error {
 		return precheckPolicy(c)
 	case *SetQuota:
 		return validQuota(&c.Quota, c.Delete)
+	case *SetFairShare:
+		return precheckFairShare(c)
 	case *SetRetention:
 		r := c.Retention
 		if r.MaxCount < 1 || r.MaxCount > MaxRetentionCount {

@@ -46,6 +46,8 @@ type QuotaLimit struct {
 type Quota struct {
 	Namespace string       `json:"namespace"`
 	Limits    []QuotaLimit `json:"limits"`
+	// Weight is the namespace's fair-share weight (fairshare.go); 0 is 1.
+	Weight float64 `json:"weight,omitempty"`
 	// ModifyIndex is the index of the command that set it.
 	ModifyIndex uint64 `json:"modify_index"`
 }
@@ -71,8 +73,11 @@ func validQuota(q *Quota, del bool) *Error {
 	if del {
 		return nil
 	}
-	if len(q.Limits) == 0 || len(q.Limits) > MaxQuotaLimits {
-		return errf(ErrInvalid, "a quota has 1 to %d limits, not %d", MaxQuotaLimits, len(q.Limits))
+	if len(q.Limits) > MaxQuotaLimits || (len(q.Limits) == 0 && q.Weight == 0) {
+		return errf(ErrInvalid, "a quota has a weight or 1 to %d limits, not %d", MaxQuotaLimits, len(q.Limits))
+	}
+	if !(q.Weight >= 0 && q.Weight <= MaxWeight) { // NaN fails too
+		return errf(ErrInvalid, "weight %g out of [0, %g]", q.Weight, MaxWeight)
 	}
 	seen := map[[2]string]bool{}
 	for i, l := range q.Limits {
@@ -212,6 +217,9 @@ func (s *State) countUse(d *Device, sign int) {
 					s.use[k] = u
 				}
 				u.add(h, sign)
+				if pool == "*" {
+					s.noteHeld(a.Namespace, d.Type, u.count)
+				}
 				if *u == (held{}) {
 					delete(s.use, k)
 				}

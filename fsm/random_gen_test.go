@@ -129,6 +129,8 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 		st = g.setServerRemoved(s)
 	case r < 910:
 		st = g.setQuota(s)
+	case r < 915:
+		st = g.setFairShare()
 	default:
 		st = g.badCommand(s, v)
 	}
@@ -618,7 +620,19 @@ func (g *cmdGen) setQuota(s *fsm.State) step {
 	if len(q.Limits) == 0 || g.chance(40) {
 		q.Limits = append(q.Limits, fsm.QuotaLimit{DeviceType: fsm.CPU, MaxAmount: fsm.Resources{ComputeUnits: pick(g, 4.0, 16, 64)}})
 	}
+	if g.chance(50) {
+		q.Weight = pick(g, 0.5, 1, 2, 5)
+	}
 	return step{kind: "set quota", cmd: &fsm.SetQuota{Quota: q}}
+}
+
+// setFairShare turns fair share on (with a short half-life, so that
+// usage decays within the log) or off.
+func (g *cmdGen) setFairShare() step {
+	if g.chance(25) {
+		return step{kind: "fair share off", cmd: &fsm.SetFairShare{}}
+	}
+	return step{kind: "fair share on", cmd: &fsm.SetFairShare{Enable: true, HalfLife: pick(g, 0, time.Minute, 10*time.Minute)}}
 }
 
 func (g *cmdGen) tick() step {

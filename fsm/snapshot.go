@@ -57,6 +57,8 @@ type snapshotConfig struct {
 	Drains map[string]HostDrain `json:"drains,omitempty"`
 	// Quotas are the namespaces' quotas by namespace, absent when none.
 	Quotas []Quota `json:"quotas,omitempty"`
+	// FairShare is absent while fair share is off.
+	FairShare *fairSnapshot `json:"fair_share,omitempty"`
 	// ACL is absent until ACLs are used.
 	ACL *aclSnapshot `json:"acl,omitempty"`
 }
@@ -93,6 +95,7 @@ func (s *State) snapshotConfig() snapshotConfig {
 		RemovedServers: s.removedServers,
 		Drains:         s.drains(),
 		Quotas:         s.Quotas(),
+		FairShare:      s.fairSnapshot(),
 	}
 	if used, _ := s.ACLBootstrapped(); used || len(s.acl.policies) > 0 || len(s.acl.tokens) > 1 {
 		c.ACL = &aclSnapshot{BootstrapIndex: s.acl.bootstrapIndex, Policies: s.ACLPolicies(), Tokens: s.ACLTokens()}
@@ -258,6 +261,9 @@ func restoreV1(r io.Reader) (*State, error) {
 		return nil, err
 	}
 	if err := s.restoreQuotas(snap.Quotas); err != nil {
+		return nil, err
+	}
+	if err := s.restoreFairShare(snap.FairShare); err != nil {
 		return nil, err
 	}
 	g := newStatsGather()
@@ -576,6 +582,9 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := s.restoreQuotas(c.Quotas); err != nil {
 		return nil, err
 	}
+	if err := s.restoreFairShare(c.FairShare); err != nil {
+		return nil, err
+	}
 	sr.devs = make(map[string]restoredDev, len(s.devices))
 	for id, d := range s.devices { // filing: order-free
 		sr.devs[id] = restoredDev{id: d.ID, pool: d.Pool}
@@ -873,9 +882,14 @@ func (s *State) restoreFinish(gathers []*statsGather, devices []string, indexed 
 		defer close(settled)
 		s.agg.settle(gathers, s.devices)
 	}()
+	// The usage of fair share came with the snapshot: reindexing, which
+	// rebuilds what each namespace holds, must not move it.
+	fair := s.fair
+	s.fair = nil
 	for _, id := range devices {
 		s.reindex(s.devices[id])
 	}
+	s.fair = fair
 	cerr := s.checkLive(devices)
 	<-settled
 	if err := <-indexed; err != nil {

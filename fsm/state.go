@@ -41,6 +41,8 @@ type State struct {
 	// derived from the devices' allocations (quota.go).
 	quotas map[string]*Quota
 	use    map[useKey]*held
+	// fair is the fair-share state, nil while it is off (fairshare.go).
+	fair *fairShare
 
 	idx *index
 	// agg holds the figures of Stats (stats_agg.go), derived state.
@@ -177,6 +179,8 @@ func (s *State) apply(idx uint64, c Command) Result {
 		return s.drainHost(c)
 	case *SetQuota:
 		return s.setQuota(idx, c)
+	case *SetFairShare:
+		return s.setFairShare(c)
 	case *Allocate:
 		return s.allocate(idx, c)
 	case *Release:

@@ -1,0 +1,294 @@
+package fsm
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Fair share (SetFairShare): when it is on, the queue serves waiting
+// requests by their namespace's share rather than by priority and arrival
+// alone, as Slurm's fair-share factor does. A namespace's usage of a
+// device type is the devices it held over time, decayed with a half-life:
+// a device held an hour ago counts half as much as one held now when the
+// half-life is an hour. Its score for a type is
+//
+//	(devices held now + decayed usage · ln 2 / half-life) / weight
+//
+// the decayed usage turned into "devices held on average lately", so that
+// both terms are in devices; the weight is its quota's (1 without one).
+// When capacity frees, the namespace with the lowest score whose next
+// request (by priority, then arrival) has not been tried yet is tried
+// first; a request placed raises its namespace's score at once, so one
+// namespace does not take everything freed in one go. A namespace below
+// its share (score under the others') is thus served before one above
+// it; within a namespace, priority still orders. A request that does not
+// fit is passed over for the next (backfill), as without fair share.
+//
+// Time is the leader's stamp of each command only. The usage of each
+// (namespace, type) is kept as a value at a time and the devices held
+// since; countUse, at every change of what a namespace holds, first
+// decays it to the command's time. Replicas apply the same float
+// operations in the same order, and a snapshot carries the values, so a
+// restored replica goes on with the same bits.
+
+// DefaultHalfLife is the usage half-life when SetFairShare gives none.
+const DefaultHalfLife = 7 * 24 * time.Hour
+
+// SetFairShare turns fair share on (with a usage half-life, default
+// DefaultHalfLife) or off (the queue then serves by priority and arrival,
+// and the usage is forgotten).
+type SetFairShare struct {
+	Meta
+	Enable   bool          `json:"enable"`
+	HalfLife time.Duration `json:"half_life,omitempty"`
+}
+
+func (*SetFairShare) Type() CommandType { return SetFairShareType }
+
+// MaxWeight bounds a namespace's fair-share weight.
+const MaxWeight = 1e6
+
+// fairShare is the fair-share state: the half-life and each namespace's
+// usage per device type.
+type fairShare struct {
+	halfLife int64
+	usage    map[fairKey]*decayed
+}
+
+type fairKey struct {
+	ns  string
+	typ DeviceType
+}
+
+// decayed is a usage: U device-seconds at time At, with Held devices
+// held since.
+type decayed struct {
+	U    float64 `json:"u"`
+	At   int64   `json:"at"`
+	Held int     `json:"held"`
+}
+
+// at is the usage decayed to time t (≥ At).
+func (d *decayed) at(t, halfLife int64) float64 {
+	if t <= d.At {
+		return d.U
+	}
+	f := math.Exp2(-float64(t-d.At) / float64(halfLife))
+	return d.U*f + float64(d.Held)*(float64(halfLife)/1e9/math.Ln2)*(1-f)
+}
+
+func precheckFairShare(c *SetFairShare) *Error {
+	if c.HalfLife < 0 || c.HalfLife > MaxDuration {
+		return errf(ErrInvalid, "half-life %v out of [0, %v]", c.HalfLife, MaxDuration)
+	}
+	if !c.Enable && c.HalfLife != 0 {
+		return errf(ErrInvalid, "a half-life goes with enable")
+	}
+	return nil
+}
+
+func (s *State) setFairShare(c *SetFairShare) Result {
+	if err := precheckFairShare(c); err != nil {
+		return Result{Err: err}
+	}
+	if !c.Enable {
+		s.fair = nil
+		return Result{}
+	}
+	hl := int64(c.HalfLife)
+	if hl == 0 {
+		hl = int64(DefaultHalfLife)
+	}
+	if s.fair == nil {
+		s.fair = &fairShare{usage: map[fairKey]*decayed{}}
+		for k, u := range s.use {
+			if k.pool == "*" {
+				s.fair.usage[fairKey{k.ns, k.typ}] = &decayed{At: s.now, Held: u.count}
+			}
+		}
+	} else {
+		// The usage so far decays at the old half-life; from now, the new.
+		for _, d := range s.fair.usage {
+			d.U, d.At = d.at(s.now, s.fair.halfLife), max(d.At, s.now)
+		}
+	}
+	s.fair.halfLife = hl
+	s.kickQueue()
+	return Result{}
+}
+
+// noteHeld records that ns now holds held devices of type t (countUse,
+// after a change): the usage is decayed to now with what was held before.
+func (s *State) noteHeld(ns string, t DeviceType, held int) {
+	if s.fair == nil {
+		return
+	}
+	k := fairKey{ns, t}
+	d := s.fair.usage[k]
+	if d == nil {
+		d = &decayed{At: s.now}
+		s.fair.usage[k] = d
+	}
+	d.U, d.At = d.at(s.now, s.fair.halfLife), max(d.At, s.now)
+	d.Held = held
+}
+
+// weightOf is a namespace's fair-share weight.
+func (s *State) weightOf(ns string) float64 {
+	if q := s.quotas[ns]; q != nil && q.Weight > 0 {
+		return q.Weight
+	}
+	return 1
+}
+
+// fairScore is ns's score for type t now: devices held now and lately,
+// per unit of weight.
+func (s *State) fairScore(ns string, t DeviceType) float64 {
+	var held, recent float64
+	if u := s.use[useKey{ns: ns, typ: t, pool: "*"}]; u != nil {
+		held = float64(u.count)
+	}
+	if d := s.fair.usage[fairKey{ns, t}]; d != nil {
+		recent = d.at(s.now, s.fair.halfLife) * math.Ln2 / (float64(s.fair.halfLife) / 1e9)
+	}
+	return (held + recent) / s.weightOf(ns)
+}
+
+// fairOrder is the order kickQueue tries the waiting requests in under
+// fair share: repeatedly the next request of the namespace with the
+// lowest score, asking try of each; try says whether it was placed (its
+// namespace's score then rises before the next pick).
+func (s *State) fairOrder(keys []queueKey, try func(queueKey) bool) {
+	byNS := map[string][]queueKey{}
+	for _, k := range keys { // in queue order: priority, then arrival
+		ns := s.allocs[k.id].Namespace
+		byNS[ns] = append(byNS[ns], k)
+	}
+	names := sortedKeys(byNS)
+	next := make([]int, len(names))
+	for {
+		best, bestScore := -1, 0.0
+		for i, ns := range names {
+			if next[i] == len(byNS[ns]) {
+				continue
+			}
+			a := s.allocs[byNS[ns][next[i]].id]
+			if sc := s.fairScore(ns, a.Request.Claims[0].Type); best < 0 || sc < bestScore {
+				best, bestScore = i, sc
+			}
+		}
+		if best < 0 {
+			return
+		}
+		k := byNS[names[best]][next[best]]
+		next[best]++
+		try(k)
+	}
+}
+
+// FairShareUse is a namespace's fair-share figures for one device type.
+type FairShareUse struct {
+	Namespace string     `json:"namespace"`
+	Type      DeviceType `json:"type"`
+	Weight    float64    `json:"weight"`
+	// Held is the devices held now; Recent the decayed usage as devices
+	// held on average lately; Score is (Held + Recent) / Weight.
+	Held   int     `json:"held"`
+	Recent float64 `json:"recent"`
+	Score  float64 `json:"score"`
+}
+
+// FairShare reports whether fair share is on, its half-life, and each
+// namespace's figures per type, by namespace then type.
+func (s *State) FairShare() (on bool, halfLife time.Duration, use []FairShareUse) {
+	if s.fair == nil {
+		return false, 0, nil
+	}
+	keys := make([]fairKey, 0, len(s.fair.usage))
+	for k := range s.fair.usage {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b fairKey) int {
+		return strings.Compare(a.ns+"\x00"+string(a.typ), b.ns+"\x00"+string(b.typ))
+	})
+	for _, k := range keys {
+		d := s.fair.usage[k]
+		u := FairShareUse{Namespace: k.ns, Type: k.typ, Weight: s.weightOf(k.ns), Held: d.Held,
+			Recent: d.at(s.now, s.fair.halfLife) * math.Ln2 / (float64(s.fair.halfLife) / 1e9)}
+		u.Score = (float64(u.Held) + u.Recent) / u.Weight
+		use = append(use, u)
+	}
+	return true, time.Duration(s.fair.halfLife), use
+}
+
+// fairSnapshot is fair share in the snapshot's configuration.
+type fairSnapshot struct {
+	HalfLife int64        `json:"half_life"`
+	Usage    []fairRecord `json:"usage"`
+}
+
+type fairRecord struct {
+	Namespace string     `json:"namespace"`
+	Type      DeviceType `json:"type"`
+	decayed
+}
+
+func (s *State) fairSnapshot() *fairSnapshot {
+	if s.fair == nil {
+		return nil
+	}
+	out := &fairSnapshot{HalfLife: s.fair.halfLife, Usage: []fairRecord{}}
+	for k, d := range s.fair.usage {
+		out.Usage = append(out.Usage, fairRecord{Namespace: k.ns, Type: k.typ, decayed: *d})
+	}
+	slices.SortFunc(out.Usage, func(a, b fairRecord) int {
+		return strings.Compare(a.Namespace+"\x00"+string(a.Type), b.Namespace+"\x00"+string(b.Type))
+	})
+	return out
+}
+
+func (s *State) restoreFairShare(f *fairSnapshot) error {
+	if f == nil {
+		return nil
+	}
+	if f.HalfLife <= 0 || f.HalfLife > int64(MaxDuration) {
+		return fmt.Errorf("%w: fair-share half-life %d", ErrSnapshot, f.HalfLife)
+	}
+	s.fair = &fairShare{halfLife: f.HalfLife, usage: map[fairKey]*decayed{}}
+	for i, r := range f.Usage {
+		k := fairKey{r.Namespace, r.Type}
+		bad := !ValidNamespace(r.Namespace) || !r.Type.Valid() || r.Held < 0 || r.At > s.now ||
+			math.IsNaN(r.U) || math.IsInf(r.U, 0) || r.U < 0
+		if bad || s.fair.usage[k] != nil || (i > 0 && f.Usage[i-1].Namespace+"\x00"+string(f.Usage[i-1].Type) >= r.Namespace+"\x00"+string(r.Type)) {
+			return fmt.Errorf("%w: fair-share usage %d (%s %s)", ErrSnapshot, i, r.Namespace, r.Type)
+		}
+		d := r.decayed
+		s.fair.usage[k] = &d
+	}
+	return nil
+}
+
+// checkFairShare: the devices each usage says are held are those held.
+func (s *State) checkFairShare() error {
+	if s.fair == nil {
+		return nil
+	}
+	for k, d := range s.fair.usage {
+		held := 0
+		if u := s.use[useKey{ns: k.ns, typ: k.typ, pool: "*"}]; u != nil {
+			held = u.count
+		}
+		if d.Held != held {
+			return fmt.Errorf("fair share of %s %s: %d held by its usage, %d by the devices", k.ns, k.typ, d.Held, held)
+		}
+	}
+	for k, u := range s.use {
+		if k.pool == "*" && u.count > 0 && s.fair.usage[fairKey{k.ns, k.typ}] == nil {
+			return fmt.Errorf("fair share: %s holds %d %s without a usage", k.ns, u.count, k.typ)
+		}
+	}
+	return nil
+}
