@@ -137,7 +137,9 @@ func TestFairShareShares(t *testing.T) {
 					running = append(running, fairJob{id: a.ID, ns: a.Namespace, end: clock + 5*time.Minute})
 				}
 			}
-			sort.Slice(running, func(i, j int) bool { return running[i].end < running[j].end || (running[i].end == running[j].end && running[i].id < running[j].id) })
+			sort.Slice(running, func(i, j int) bool {
+				return running[i].end < running[j].end || (running[i].end == running[j].end && running[i].id < running[j].id)
+			})
 			next := running[0]
 			for _, j := range running {
 				held[j.ns] += next.end - clock
