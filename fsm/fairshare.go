@@ -19,13 +19,18 @@ import (
 //
 // the decayed usage turned into "devices held on average lately", so that
 // both terms are in devices; the weight is its quota's (1 without one).
-// When capacity frees, the namespace with the lowest score whose next
-// request (by priority, then arrival) has not been tried yet is tried
-// first; a request placed raises its namespace's score at once, so one
-// namespace does not take everything freed in one go. A namespace below
-// its share (score under the others') is thus served before one above
-// it; within a namespace, priority still orders. A request that does not
-// fit is passed over for the next (backfill), as without fair share.
+// A namespace is below its share of a type when its score is under the
+// share line: the score it would have if the devices held now and lately
+// by the members (the namespaces that hold some or wait) were split in
+// proportion to their weights, Σ(held + recent) / Σ weight. When capacity
+// frees, the waiting namespace below its share with the lowest score is
+// tried first, with its next request (by priority, then arrival); a
+// request placed raises its namespace's score at once, so one namespace
+// does not take everything freed in one go. When no waiting namespace is
+// below its share, the queue serves as without fair share, by priority
+// then arrival, so fair share reorders only for a namespace that is owed.
+// A request that does not fit is passed over for the next (backfill), as
+// without fair share. fsm/DESIGN.md has a worked example.
 //
 // Time is the leader's stamp of each command only. The usage of each
 // (namespace, type) is kept as a value at a time and the devices held
@@ -169,15 +174,52 @@ func (s *State) fairOrder(keys []queueKey, try func(queueKey) bool) {
 	}
 	names := sortedKeys(byNS)
 	next := make([]int, len(names))
+	// members(t) are the namespaces that hold devices of type t or wait,
+	// in order: those a share of t is counted among.
+	memo := map[DeviceType][]string{}
+	members := func(t DeviceType) []string {
+		if m, ok := memo[t]; ok {
+			return m
+		}
+		set := map[string]bool{}
+		for _, ns := range names {
+			set[ns] = true
+		}
+		for k, d := range s.fair.usage {
+			if k.typ == t && (d.Held > 0 || d.U > 0) {
+				set[k.ns] = true
+			}
+		}
+		memo[t] = sortedKeys(set)
+		return memo[t]
+	}
 	for {
-		best, bestScore := -1, 0.0
+		// The namespaces below their share by the type of their next
+		// request go first, the lowest score first; when none is, the
+		// next requests are served as without fair share, by priority
+		// then arrival.
+		best, bestScore, below := -1, 0.0, false
 		for i, ns := range names {
 			if next[i] == len(byNS[ns]) {
 				continue
 			}
-			a := s.allocs[byNS[ns][next[i]].id]
-			if sc := s.fairScore(ns, a.Request.Claims[0].Type); best < 0 || sc < bestScore {
-				best, bestScore = i, sc
+			k := byNS[ns][next[i]]
+			t := s.allocs[k.id].Request.Claims[0].Type
+			sc := s.fairScore(ns, t)
+			under := sc < s.fairMean(t, members(t))
+			var better bool
+			switch {
+			case best < 0:
+				better = true
+			case under != below:
+				better = under
+			case under:
+				better = sc < bestScore
+			default:
+				better = queueKeyLess(k, byNS[names[best]][next[best]])
+			}
+			if better {
+				best, bestScore, below = i, sc, under
 			}
 		}
 		if best < 0 {
@@ -187,6 +229,22 @@ func (s *State) fairOrder(keys []queueKey, try func(queueKey) bool) {
 		next[best]++
 		try(k)
 	}
+}
+
+// fairMean is the score a namespace has when it holds exactly its share
+// of type t: the devices held now and lately by the members (those that
+// hold some or wait), per unit of their weights together. A namespace
+// whose score is below it is below its share.
+func (s *State) fairMean(t DeviceType, members []string) float64 {
+	var sum, weights float64
+	for _, ns := range members { // in order: float sums depend on it
+		sum += s.fairScore(ns, t) * s.weightOf(ns)
+		weights += s.weightOf(ns)
+	}
+	if weights == 0 {
+		return 0
+	}
+	return sum / weights
 }
 
 // FairShareUse is a namespace's fair-share figures for one device type.

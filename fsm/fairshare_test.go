@@ -3,15 +3,18 @@ package fsm
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"sort"
 	"testing"
 	"time"
 )
 
 // TestFairShareOrder: with fair share on, each GPU a release frees goes
-// to the waiting request of the namespace with the lowest score (devices
-// held now and lately, per weight), however the requests arrived; within
-// a namespace, the higher priority first. Randomized: three namespaces of
+// to the waiting request of the namespace below its share with the
+// lowest score (devices held now and lately, per weight), however the
+// requests arrived, and to the queue's first request (priority, then
+// arrival) when no waiting namespace is below its share; within a
+// namespace, the higher priority first. Randomized: three namespaces of
 // weights 1, 2 and 4 ask for one GPU at a time on a full cluster, and
 // every release is checked against the scores just before it.
 func TestFairShareOrder(t *testing.T) {
@@ -47,26 +50,52 @@ func TestFairShareOrder(t *testing.T) {
 				// The scores just before the release, the released device
 				// taken off its namespace.
 				_, _, use := h.s.FairShare()
-				score := map[string]float64{}
+				score, weight, member := map[string]float64{}, map[string]float64{}, map[string]bool{}
 				for _, u := range use {
 					held := u.Held
 					if u.Namespace == active[id] {
 						held--
 					}
 					score[u.Namespace] = (float64(held) + u.Recent) / u.Weight
+					weight[u.Namespace] = u.Weight
+					member[u.Namespace] = held > 0 || u.Recent > 0
 				}
-				best, bestPrio := map[string]bool{}, map[string]int{}
-				low := math.Inf(1)
-				for _, a := range h.s.Queue() {
+				queue := h.s.Queue()
+				bestPrio := map[string]int{}
+				for _, a := range queue {
 					if _, ok := bestPrio[a.Namespace]; !ok {
 						bestPrio[a.Namespace] = a.Request.Priority // the queue's order: highest first
 					}
-					low = math.Min(low, score[a.Namespace])
+					member[a.Namespace] = true
+					if _, ok := weight[a.Namespace]; !ok {
+						weight[a.Namespace] = float64(int(1) << slices.Index(names, a.Namespace))
+					}
 				}
-				for _, a := range h.s.Queue() {
+				// The share line: every member's score, weighted.
+				var sum, weights float64
+				for ns, m := range member {
+					if m {
+						sum += score[ns] * weight[ns]
+						weights += weight[ns]
+					}
+				}
+				mean := sum / weights
+				// A namespace below its share with the lowest score is
+				// served; when none waits, the queue's first request.
+				best := map[string]bool{}
+				low := math.Inf(1)
+				for _, a := range queue {
+					if score[a.Namespace] < mean-1e-3 {
+						low = math.Min(low, score[a.Namespace])
+					}
+				}
+				for _, a := range queue {
 					if score[a.Namespace] <= low+1e-3 {
 						best[a.Namespace] = true
 					}
+				}
+				if len(best) == 0 && len(queue) > 0 {
+					best[queue[0].Namespace] = true
 				}
 				ns := active[id]
 				h.must(inNamespace(&Release{AllocationID: id}, ns))
@@ -74,8 +103,8 @@ func TestFairShareOrder(t *testing.T) {
 					if _, was := active[a.ID]; was || a.Status != Active {
 						continue
 					}
-					if len(best) > 0 && !best[a.Namespace] {
-						t.Fatalf("seed %d step %d: the freed GPU went to %s (score %.4f), not to a namespace of score %.4f: %v", seed, step, a.Namespace, score[a.Namespace], low, score)
+					if !best[a.Namespace] && math.Abs(score[a.Namespace]-mean) > 1e-3 {
+						t.Fatalf("seed %d step %d: the freed GPU went to %s (score %.4f), not to %v (share line %.4f): %v", seed, step, a.Namespace, score[a.Namespace], best, mean, score)
 					}
 					if a.Request.Priority != bestPrio[a.Namespace] {
 						t.Fatalf("seed %d step %d: %s served priority %d before %d", seed, step, a.Namespace, a.Request.Priority, bestPrio[a.Namespace])
@@ -173,4 +202,56 @@ func containsJob(list []fairJob, id string) bool {
 		}
 	}
 	return false
+}
+
+// TestFairShareWorkedExample is the example of fsm/DESIGN.md ("Fair
+// share"): a (weight 1) and b (weight 3) have held 6 and 2 of 8 GPUs for a
+// day at a half-life of an hour, and both wait, a first. The GPU a
+// releases goes to b with fair share on, to a without.
+func TestFairShareWorkedExample(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		h := newHarness(t)
+		var devs []DeviceSpec
+		for i := range 8 {
+			devs = append(devs, gpu("g"+string(rune('a'+i)), 80))
+		}
+		h.must(host("h1", devs...))
+		h.must(&SetQuota{Quota: Quota{Namespace: "a", Weight: 1}})
+		h.must(&SetQuota{Quota: Quota{Namespace: "b", Weight: 3}})
+		if fair {
+			h.must(&SetFairShare{Enable: true, HalfLife: time.Hour})
+		}
+		var aIDs []string
+		for range 6 {
+			aIDs = append(aIDs, h.must(inNamespace(&Allocate{Request: gpus(1, "")}, "a")).Allocation.ID)
+		}
+		for range 2 {
+			h.must(inNamespace(&Allocate{Request: gpus(1, "")}, "b"))
+		}
+		h.advance(24 * time.Hour)
+		req := gpus(1, "")
+		req.Timeout = time.Hour
+		waitA := h.must(inNamespace(&Allocate{Request: req}, "a")).Allocation.ID
+		waitB := h.must(inNamespace(&Allocate{Request: req}, "b")).Allocation.ID
+		if fair {
+			_, _, use := h.s.FairShare()
+			for _, u := range use {
+				want := map[string]float64{"a": 12, "b": 4.0 / 3}[u.Namespace]
+				if got := (float64(u.Held) + u.Recent) / u.Weight; math.Abs(got-want) > 0.01 {
+					t.Fatalf("%s scores %.3f, want %.3f", u.Namespace, got, want)
+				}
+			}
+		}
+		h.must(inNamespace(&Release{AllocationID: aIDs[0]}, "a"))
+		served, kept := waitB, waitA
+		if !fair {
+			served, kept = waitA, waitB
+		}
+		if a, _ := h.s.Allocation(served); a.Status != Active {
+			t.Fatalf("fair share %v: %s is %s, want active", fair, served, a.Status)
+		}
+		if a, _ := h.s.Allocation(kept); a.Status != Pending {
+			t.Fatalf("fair share %v: %s is %s, want still pending", fair, kept, a.Status)
+		}
+	}
 }

@@ -129,6 +129,18 @@ Usage: dmsc replay [options]
       Timeline protocol: time compression, queue timeout (replay time;
       0 refuses at once) and utilisation samples. Defaults 1, 1h, 20.
 
+  -tenants
+      -trace philly: each job in its virtual cluster (the trace's cluster
+      column) as a namespace, with a fair-share weight proportional to
+      the GPU time its jobs ask for; each policy runs twice, the queue
+      served by arrival (FIFO) and by fair share, and the report gives
+      each virtual cluster's share against its entitlement, queue wait
+      p50/p95 and jobs not placed, side by side. In-process only.
+
+  -half-life=<duration>
+      With -tenants: the fair-share usage half-life (replay time).
+      Default 24h.
+
   -parallel=<n>
       Replays run at the same time. Default GOMAXPROCS in process, 1
       with -local (each run has its cluster).
@@ -167,8 +179,9 @@ func (c *replayCommand) Run(args []string) int {
 		hosts, limit, parallel, samples, local               int
 		speedup                                              float64
 		timeout                                              time.Duration
-		quick                                                bool
+		quick, tenants                                       bool
 		storage                                              string
+		halfLife                                             time.Duration
 	)
 	fs.StringVar(&protocol, "protocol", "fgd", "")
 	fs.StringVar(&traceName, "trace", "openb", "")
@@ -188,6 +201,8 @@ func (c *replayCommand) Run(args []string) int {
 	fs.StringVar(&replotPath, "replot", "", "")
 	fs.IntVar(&local, "local", 0, "")
 	fs.StringVar(&storage, "local-storage", "disk", "")
+	fs.BoolVar(&tenants, "tenants", false, "")
+	fs.DurationVar(&halfLife, "half-life", 24*time.Hour, "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
@@ -254,6 +269,10 @@ func (c *replayCommand) Run(args []string) int {
 		return c.usageError("replay", "-timeout %v out of 0..%v", timeout, fsm.MaxDuration)
 	case plotFlag != "" && protocol != "fgd":
 		return c.usageError("replay", "-plot draws the fgd protocol's curves only")
+	case tenants && (traceName != "philly" || local > 0 || address):
+		return c.usageError("replay", "-tenants replays -trace philly in process (no -local or -address)")
+	case halfLife <= 0 || halfLife > fsm.MaxDuration:
+		return c.usageError("replay", "-half-life %v out of (0, %v]", halfLife, fsm.MaxDuration)
 	}
 	if replotPath != "" {
 		if plotFlag == "" {
@@ -287,6 +306,10 @@ func (c *replayCommand) Run(args []string) int {
 		tasks := replay.PhillyTimeline(jobs)
 		if limit > 0 && limit < len(tasks) {
 			tasks = tasks[:limit]
+		}
+		if tenants {
+			opts.Tenants, opts.Weights, opts.HalfLife = true, replay.TenantWeights(tasks), halfLife
+			return c.tenantTimeline(ctx, progress, runner, replay.PhillyHosts(hosts), tasks, policies, opts)
 		}
 		if err := c.announce(ctx, &runner, address, progress); err != nil {
 			return c.fail(err)
@@ -590,4 +613,74 @@ func parseSeeds(s string) ([]int64, error) {
 		return nil, errors.New("no seeds")
 	}
 	return out, nil
+}
+
+// tenantTimeline runs the timeline protocol with tenants for each policy,
+// the queue served by arrival and then by fair share, and prints them
+// side by side.
+func (c *replayCommand) tenantTimeline(ctx context.Context, progress io.Writer, runner replay.Runner, nodes []trace.Node, tasks []replay.TimelineTask,
+	policies []fsm.Policy, opts replay.TimelineOptions) int {
+	var byOrder [2][]*replay.TimelineResult
+	for i, fair := range []bool{false, true} {
+		o := opts
+		o.FairShare = fair
+		label := "replay timeline, FIFO"
+		if fair {
+			label = "replay timeline, fair share"
+		}
+		bar := newProgressBar(progress, label)
+		runner.Progress = bar.set
+		res, err := runner.Timeline(ctx, nodes, tasks, policies, o)
+		bar.done()
+		if err != nil {
+			return c.fail(err)
+		}
+		byOrder[i] = res
+	}
+	if c.json {
+		c.printJSON(map[string]any{"protocol": "timeline", "trace": "philly", "tenants": true, "nodes": len(nodes), "tasks": len(tasks),
+			"timeout_s": opts.Timeout.Seconds(), "half_life_s": opts.HalfLife.Seconds(), "fifo": byOrder[0], "fair_share": byOrder[1]})
+		return 0
+	}
+	gpus := 0
+	for _, n := range nodes {
+		gpus += n.GPUs
+	}
+	c.output(fmt.Sprintf("timeline protocol with tenants: %d hosts (%d GPUs), %d tasks, timeout %v, fair-share half-life %v\n",
+		len(nodes), gpus, len(tasks), opts.Timeout, opts.HalfLife))
+	for p := range policies {
+		fifo, fair := byOrder[0][p], byOrder[1][p]
+		var rows [][]string
+		for _, r := range []*replay.TimelineResult{fifo, fair} {
+			order := "FIFO"
+			if r.FairShare {
+				order = "fair share"
+			}
+			rows = append(rows, []string{string(r.Policy), order, strconv.Itoa(r.Placed), strconv.Itoa(r.TimedOut + r.Refused),
+				formatWait(r.WaitP50), formatWait(r.WaitP95), fmt.Sprintf("%.2f", r.MeanGPU)})
+		}
+		c.output(table([]string{"POLICY", "QUEUE", "PLACED", "NOT PLACED", "WAIT P50", "WAIT P95", "MEAN GPU%"}, rows))
+		rows = rows[:0]
+		worst := 0.0
+		for i, a := range fifo.Tenants {
+			b := fair.Tenants[i]
+			ratio := "-"
+			if a.WaitP95 > 0 {
+				x := float64(b.WaitP95) / float64(a.WaitP95)
+				ratio = fmt.Sprintf("%.2f", x)
+				worst = max(worst, x)
+			} else if b.WaitP95 > 0 {
+				ratio = "inf"
+			}
+			rows = append(rows, []string{a.Namespace, fmt.Sprintf("%.1f", a.Entitlement), fmt.Sprintf("%.1f", a.Share), fmt.Sprintf("%.1f", b.Share),
+				strconv.Itoa(a.Tasks), formatWait(a.WaitP50), formatWait(b.WaitP50), formatWait(a.WaitP95), formatWait(b.WaitP95), ratio,
+				strconv.Itoa(a.TimedOut + a.Refused), strconv.Itoa(b.TimedOut + b.Refused)})
+		}
+		c.output("")
+		c.output(table([]string{"NAMESPACE", "ENTITLED%", "SHARE% FIFO", "SHARE% FAIR", "TASKS", "P50 FIFO", "P50 FAIR", "P95 FIFO", "P95 FAIR", "P95 FAIR/FIFO",
+			"NOT PLACED FIFO", "NOT PLACED FAIR"}, rows))
+		c.output(fmt.Sprintf("\n%s: worst p95 ratio (fair share / FIFO) %.2f; mean GPU %.2f%% FIFO, %.2f%% fair share (%+.2f points)\n",
+			fifo.Policy, worst, fifo.MeanGPU, fair.MeanGPU, fair.MeanGPU-fifo.MeanGPU))
+	}
+	return 0
 }

@@ -34,6 +34,8 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"-address", "127.0.0.1:1", "-local", "3", "-policy", "BestFit", "-seeds", "42"},
 		{"-protocol", "timeline", "-address", "127.0.0.1:1", "-policy", "BestFit,FirstFit"},
 		{"-local", "9"},
+		{"-protocol", "timeline", "-tenants"}, // tenants: the philly trace only
+		{"-protocol", "timeline", "-trace", "philly", "-tenants", "-half-life", "0s"},
 		{"-local", "1", "-local-storage", "tape"},
 		{"extra"},
 	} {
@@ -137,6 +139,26 @@ func TestReplayTimelinePhilly(t *testing.T) {
 		t.Skipf("no Philly trace at %s", philly)
 	}
 	t.Fatalf("exit %d; stderr %s", code, ui.ErrorWriter.String())
+}
+
+func TestReplayTimelinePhillyTenants(t *testing.T) {
+	philly := filepath.Join(replay.TracesDir(), "philly.csv")
+	if _, err := os.Stat(philly); err != nil {
+		t.Skipf("no Philly trace: %v", err)
+	}
+	ui := cli.NewMockUi()
+	c := &replayCommand{apiCommand: apiCommand{ui: ui}, progress: &bytes.Buffer{}}
+	code := c.Run([]string{"-protocol", "timeline", "-trace", "philly", "-philly", philly, "-hosts", "4", "-limit", "300",
+		"-policy", "BestFit", "-timeout", "10m", "-tenants", "-half-life", "1h"})
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr %s", code, ui.ErrorWriter.String())
+	}
+	out := ui.OutputWriter.String()
+	for _, want := range []string{"fair share", "FIFO", "NAMESPACE", "ENTITLED%", "P95 FAIR/FIFO", "vc-", "worst p95 ratio"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
 }
 
 // replayJSON runs dmsc replay with -json and returns its output with the

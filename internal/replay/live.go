@@ -217,14 +217,14 @@ func (lt *liveTarget) at(ctx context.Context, t int64) error {
 	return nil
 }
 
-func (lt *liveTarget) allocate(ctx context.Context, req fsm.Request, at int64) (allocOutcome, error) {
+func (lt *liveTarget) allocate(ctx context.Context, req fsm.Request, _ string, at int64) (allocOutcome, error) {
 	if err := lt.at(ctx, at); err != nil {
 		return allocOutcome{}, err
 	}
 	return lt.allocateAPI(ctx, req)
 }
 
-func (lt *liveTarget) release(ctx context.Context, id string, at int64) error {
+func (lt *liveTarget) release(ctx context.Context, id, _ string, at int64) error {
 	if err := lt.at(ctx, at); err != nil {
 		return err
 	}

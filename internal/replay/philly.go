@@ -36,10 +36,28 @@ func PhillyTimeline(jobs []trace.PhillyJob) []TimelineTask {
 	out := make([]TimelineTask, 0, len(sorted))
 	for i, j := range sorted {
 		out = append(out, TimelineTask{
-			Task:   trace.Task{Name: fmt.Sprintf("philly-%05d", i), NumGPU: j.NumGPUs, GPUMilli: MilliPerGPU},
-			Arrive: j.Submitted.Sub(sorted[0].Submitted),
-			Hold:   j.Duration,
+			Task:      trace.Task{Name: fmt.Sprintf("philly-%05d", i), NumGPU: j.NumGPUs, GPUMilli: MilliPerGPU},
+			Arrive:    j.Submitted.Sub(sorted[0].Submitted),
+			Hold:      j.Duration,
+			Namespace: "vc-" + j.Cluster,
 		})
+	}
+	return out
+}
+
+// TenantWeights are fair-share weights for the tasks' namespaces,
+// proportional to the GPU time each namespace's tasks ask for (GPUs ×
+// hold), the largest 100.
+func TenantWeights(tasks []TimelineTask) map[string]float64 {
+	gpuTime := map[string]float64{}
+	top := 0.0
+	for _, t := range tasks {
+		gpuTime[t.Namespace] += float64(t.Task.NumGPU) * t.Hold.Seconds()
+		top = max(top, gpuTime[t.Namespace])
+	}
+	out := map[string]float64{}
+	for ns, g := range gpuTime {
+		out[ns] = max(100*g/top, 0.001) // a namespace that asks for nothing still has a weight
 	}
 	return out
 }

@@ -22,6 +22,8 @@ type TimelineTask struct {
 	// Hold is how long the task keeps its devices, in trace time; 0 keeps
 	// them to the end of the replay.
 	Hold time.Duration
+	// Namespace is the tenant the task belongs to (TimelineOptions.Tenants).
+	Namespace string
 }
 
 // OpenbTimeline turns openb pods into timeline tasks: each arrives at its
@@ -55,6 +57,32 @@ type TimelineOptions struct {
 	// Progress, when set, is called now and then with the tasks arrived
 	// so far and the total.
 	Progress func(done, total int)
+	// Tenants submits each task in its namespace (TimelineTask.Namespace),
+	// with a fair-share weight per namespace (Weights; 1 when absent), and
+	// reports per namespace. With FairShare the queue serves by share
+	// (usage half-life HalfLife, 0 for fsm.DefaultHalfLife); without, by
+	// priority and arrival. In-process only.
+	Tenants   bool
+	Weights   map[string]float64
+	FairShare bool
+	HalfLife  time.Duration
+}
+
+// TenantResult is one namespace's figures in a timeline replay with
+// tenants.
+type TenantResult struct {
+	Namespace string  `json:"namespace"`
+	Weight    float64 `json:"weight"`
+	// Entitlement is the namespace's weight as a percentage of all the
+	// weights; Share its percentage of the GPU time the placed tasks held.
+	Entitlement float64       `json:"entitlement_pct"`
+	Share       float64       `json:"share_pct"`
+	Tasks       int           `json:"tasks"`
+	Placed      int           `json:"placed"`
+	TimedOut    int           `json:"timed_out"`
+	Refused     int           `json:"refused"`
+	WaitP50     time.Duration `json:"wait_p50_ns"`
+	WaitP95     time.Duration `json:"wait_p95_ns"`
 }
 
 // UtilSample is the cluster's state at one moment of a timeline replay.
@@ -102,13 +130,17 @@ type TimelineResult struct {
 	// MaxLag is, for a replay through a live cluster, how late the most
 	// delayed command went out after its replay time.
 	MaxLag time.Duration `json:"max_lag_ns,omitempty"`
+	// FairShare and Tenants: the queue order and the per-namespace
+	// figures, with TimelineOptions.Tenants.
+	FairShare bool           `json:"fair_share,omitempty"`
+	Tenants   []TenantResult `json:"tenants,omitempty"`
 }
 
 // release is a scheduled end of an allocation.
 type release struct {
 	at     int64
 	seq    uint64
-	id     string
+	id, ns string
 	demand int64
 }
 
@@ -136,6 +168,7 @@ type waiting struct {
 	hold     int64 // replay nanoseconds; 0 never leaves
 	demand   int64
 	deadline int64 // when it times out
+	ns       string
 }
 
 // ReasonOf names why a request could not be placed, from its why-not: the
@@ -198,10 +231,10 @@ type timelineTarget interface {
 	// replay time zero.
 	setup(ctx context.Context, nodes []trace.Node, pol fsm.Policy) error
 	begin()
-	// allocate submits a task at time at.
-	allocate(ctx context.Context, req fsm.Request, at int64) (allocOutcome, error)
-	// release ends an active allocation at time at.
-	release(ctx context.Context, id string, at int64) error
+	// allocate submits a task of namespace ns ("": the default) at time at.
+	allocate(ctx context.Context, req fsm.Request, ns string, at int64) (allocOutcome, error)
+	// release ends an active allocation of namespace ns at time at.
+	release(ctx context.Context, id, ns string, at int64) error
 	// nextDeadline is when the first of the pending tasks times out.
 	nextDeadline(pending map[string]waiting) (int64, bool)
 	// tick lets the deadlines due by at pass.
@@ -237,12 +270,14 @@ func (p *inProcessTimeline) applyAt(c fsm.Command, at int64) fsm.Result {
 	return p.r.State.Apply(p.r.idx, c)
 }
 
-func (p *inProcessTimeline) allocate(_ context.Context, req fsm.Request, at int64) (allocOutcome, error) {
-	out := p.applyAt(&fsm.Allocate{Request: req}, at)
+func (p *inProcessTimeline) allocate(_ context.Context, req fsm.Request, ns string, at int64) (allocOutcome, error) {
+	c := &fsm.Allocate{Request: req}
+	fsm.SetNamespace(c, ns)
+	out := p.applyAt(c, at)
 	switch {
 	case out.Err == nil && out.Allocation != nil:
 		return allocOutcome{id: out.Allocation.ID, status: out.Allocation.Status}, nil
-	case errors.Is(out.Err, fsm.ErrNoCapacity):
+	case errors.Is(out.Err, fsm.ErrNoCapacity), errors.Is(out.Err, fsm.ErrQuotaExceeded):
 		o := allocOutcome{refused: true}
 		if out.Allocation != nil {
 			o.why = out.Allocation.WhyNot
@@ -253,8 +288,32 @@ func (p *inProcessTimeline) allocate(_ context.Context, req fsm.Request, at int6
 	}
 }
 
-func (p *inProcessTimeline) release(_ context.Context, id string, at int64) error {
-	return p.applyAt(&fsm.Release{AllocationID: id}, at).Err
+func (p *inProcessTimeline) release(_ context.Context, id, ns string, at int64) error {
+	c := &fsm.Release{AllocationID: id}
+	fsm.SetNamespace(c, ns)
+	return p.applyAt(c, at).Err
+}
+
+// tenants sets each namespace's weight and the queue's order.
+func (p *inProcessTimeline) tenants(weights map[string]float64, fair bool, halfLife time.Duration) error {
+	for _, ns := range sortedNames(weights) {
+		if err := p.applyAt(&fsm.SetQuota{Quota: fsm.Quota{Namespace: ns, Weight: weights[ns]}}, 0).Err; err != nil {
+			return fmt.Errorf("weight of %s: %w", ns, err)
+		}
+	}
+	if fair {
+		return p.applyAt(&fsm.SetFairShare{Enable: true, HalfLife: halfLife}, 0).Err
+	}
+	return nil
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (p *inProcessTimeline) nextDeadline(map[string]waiting) (int64, bool) {
@@ -302,6 +361,16 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 	if err := tg.setup(ctx, nodes, opts.Policy); err != nil {
 		return nil, err
 	}
+	if opts.Tenants {
+		ip, ok := tg.(*inProcessTimeline)
+		if !ok {
+			return nil, errors.New("replay: tenants need the in-process replay")
+		}
+		if err := ip.tenants(opts.Weights, opts.FairShare, opts.HalfLife); err != nil {
+			return nil, err
+		}
+	}
+	tenants := newTenantTally(opts)
 	tg.begin()
 	res := &TimelineResult{Policy: opts.Policy, GPUs: int(capacity / MilliPerGPU), Reasons: map[string]int{}}
 	var first time.Duration
@@ -324,9 +393,10 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 		res.Placed++
 		allocated += w.demand
 		waits = append(waits, time.Duration(at-w.arrive))
+		tenants.placed(w, at)
 		if w.hold > 0 {
 			seq++
-			heap.Push(&releases, release{at: at + w.hold, seq: seq, id: id, demand: w.demand})
+			heap.Push(&releases, release{at: at + w.hold, seq: seq, id: id, ns: w.ns, demand: w.demand})
 		}
 	}
 	// settle looks at the waiting tasks after capacity was freed or
@@ -356,6 +426,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 				placed(id, now, w)
 			} else {
 				res.TimedOut++
+				tenants.of(w.ns).TimedOut++
 				res.Reasons[ReasonOf(a.why)]++
 			}
 		}
@@ -380,7 +451,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 			now = max(now, next)
 			if isRelease {
 				rel := heap.Pop(&releases).(release)
-				if err := tg.release(ctx, rel.id, now); err != nil {
+				if err := tg.release(ctx, rel.id, rel.ns, now); err != nil {
 					return fmt.Errorf("release %s: %w", rel.id, err)
 				}
 				allocated -= rel.demand
@@ -412,15 +483,20 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 		req.Timeout = opts.Timeout
 		now = max(now, at)
 		w := waiting{arrive: now, hold: int64(float64(tt.Hold) / speedup), demand: tt.Task.GPUDemand(), deadline: now + int64(opts.Timeout)}
+		if opts.Tenants {
+			w.ns = tt.Namespace
+		}
 		if tt.Hold > 0 && w.hold == 0 {
 			w.hold = 1
 		}
-		out, err := tg.allocate(ctx, req, now)
+		tenants.of(w.ns).Tasks++
+		out, err := tg.allocate(ctx, req, w.ns, now)
 		switch {
 		case err != nil:
 			return nil, fmt.Errorf("task %s: %w", tt.Task.Name, err)
 		case out.refused:
 			res.Refused++
+			tenants.of(w.ns).Refused++
 			res.Reasons[ReasonOf(out.why)]++
 		case out.status == fsm.Active:
 			placed(out.id, now, w)
@@ -441,6 +517,8 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 		opts.Progress(len(order), len(order))
 	}
 	summarize(res, waits, steps, lastArrival, now, float64(capacity), opts.Samples)
+	res.FairShare = opts.Tenants && opts.FairShare
+	res.Tenants = tenants.results()
 	res.Elapsed = time.Since(begin)
 	return res, nil
 }
@@ -490,4 +568,77 @@ func summarize(res *TimelineResult, waits []time.Duration, steps []step, lastArr
 		}
 		res.Utilisation = append(res.Utilisation, s)
 	}
+}
+
+// tenantTally gathers the per-namespace figures of a replay with tenants.
+type tenantTally struct {
+	on      bool
+	weights map[string]float64
+	by      map[string]*TenantResult
+	waits   map[string][]time.Duration
+	// gpuTime is the GPU-milli-nanoseconds each namespace's placed tasks
+	// held, each to its end.
+	gpuTime map[string]float64
+}
+
+func newTenantTally(opts TimelineOptions) *tenantTally {
+	return &tenantTally{on: opts.Tenants, weights: opts.Weights, by: map[string]*TenantResult{},
+		waits: map[string][]time.Duration{}, gpuTime: map[string]float64{}}
+}
+
+func (t *tenantTally) of(ns string) *TenantResult {
+	r := t.by[ns]
+	if r == nil {
+		r = &TenantResult{Namespace: ns}
+		t.by[ns] = r
+	}
+	return r
+}
+
+// placed counts a task placed at time at, and the GPU time it holds.
+func (t *tenantTally) placed(w waiting, at int64) {
+	r := t.of(w.ns)
+	r.Placed++
+	t.waits[w.ns] = append(t.waits[w.ns], time.Duration(at-w.arrive))
+	hold := w.hold
+	if hold == 0 {
+		hold = 1 << 62
+	}
+	t.gpuTime[w.ns] += float64(w.demand) * float64(hold)
+}
+
+// results are the namespaces' figures by namespace (none without
+// tenants). The GPU time of a task counts whole, to its end.
+func (t *tenantTally) results() []TenantResult {
+	if !t.on {
+		return nil
+	}
+	var totalW, totalT float64
+	for _, ns := range sortedNames(t.by) {
+		totalW += t.weight(ns)
+		totalT += t.gpuTime[ns]
+	}
+	out := make([]TenantResult, 0, len(t.by))
+	for _, ns := range sortedNames(t.by) {
+		r := *t.by[ns]
+		r.Weight = t.weight(ns)
+		r.Entitlement = 100 * r.Weight / totalW
+		if totalT > 0 {
+			r.Share = 100 * t.gpuTime[ns] / totalT
+		}
+		w := t.waits[ns]
+		sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
+		if n := len(w); n > 0 {
+			r.WaitP50, r.WaitP95 = w[(n-1)*50/100], w[(n-1)*95/100]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (t *tenantTally) weight(ns string) float64 {
+	if w, ok := t.weights[ns]; ok && w > 0 {
+		return w
+	}
+	return 1
 }

@@ -123,3 +123,48 @@ func TestPlotCurvesWritesFiles(t *testing.T) {
 		t.Fatal("a .gif plot was accepted")
 	}
 }
+
+// TestTimelineTenantsFairShare: one namespace fills the host and queues
+// more; another's request arrives last. By arrival it waits for all of
+// the first's; by fair share it gets the first GPU freed, since it holds
+// nothing and the other holds everything.
+func TestTimelineTenantsFairShare(t *testing.T) {
+	nodes := []trace.Node{{Name: "h1", CPUMilli: 1000, MemoryMiB: 1024, GPUs: 2, Model: "T4"}}
+	in := func(ns string, tt TimelineTask) TimelineTask { tt.Namespace = ns; return tt }
+	tasks := []TimelineTask{
+		in("big", gpuTask("b0", 2, 0, 10*time.Second)),
+		in("big", gpuTask("b1", 1, time.Second, 10*time.Second)),
+		in("big", gpuTask("b2", 1, 2*time.Second, 10*time.Second)),
+		in("big", gpuTask("b3", 1, 3*time.Second, 10*time.Second)),
+		in("small", gpuTask("s0", 1, 4*time.Second, 10*time.Second)),
+	}
+	weights := map[string]float64{"big": 1, "small": 3}
+	wait := map[bool]time.Duration{}
+	for _, fair := range []bool{false, true} {
+		res, err := Timeline(nodes, tasks, TimelineOptions{Policy: fsm.BestFit, Timeout: time.Hour,
+			Tenants: true, Weights: weights, FairShare: fair, HalfLife: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.FairShare != fair || len(res.Tenants) != 2 || res.Placed != 5 {
+			t.Fatalf("fair %v: fair share %v, %d tenants, %d placed; want %v, 2, 5", fair, res.FairShare, len(res.Tenants), res.Placed, fair)
+		}
+		big, small := res.Tenants[0], res.Tenants[1]
+		if big.Namespace != "big" || big.Tasks != 4 || big.Placed != 4 || small.Tasks != 1 || small.Placed != 1 {
+			t.Fatalf("fair %v: tenants %+v", fair, res.Tenants)
+		}
+		if big.Entitlement != 25 || small.Entitlement != 75 {
+			t.Fatalf("fair %v: entitlements %.1f %.1f, want 25 75", fair, big.Entitlement, small.Entitlement)
+		}
+		// GPU time: big 2×10 + 3×10, small 10 GPU-seconds.
+		if d := big.Share - 100*50/60.0; d < -0.01 || d > 0.01 {
+			t.Fatalf("fair %v: big's share %.2f%%, want %.2f%%", fair, big.Share, 100*50/60.0)
+		}
+		wait[fair] = small.WaitP95
+	}
+	// FIFO: b1 and b2 take the GPUs freed at 10 s, small waits to 20 s.
+	// Fair share: small takes one of them at 10 s.
+	if wait[false] != 16*time.Second || wait[true] != 6*time.Second {
+		t.Fatalf("small's wait p95 %v FIFO, %v fair share; want 16s, 6s", wait[false], wait[true])
+	}
+}
