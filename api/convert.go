@@ -156,8 +156,15 @@ func allocationToWire(a *fsm.Allocation) wire.Allocation {
 		Seq: a.Seq, CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex,
 		RequestedAt: unixTime(a.RequestedAt), AllocatedAt: unixTime(a.AllocatedAt), EndedAt: unixTime(a.EndedAt),
 		Deadline: unixTime(a.Deadline), LeaseExpiresAt: unixTime(a.LeaseExpiresAt),
-		PreemptedBy: a.PreemptedBy, Preempted: a.Preempted, Reason: a.Reason, WhyNot: whyNotToWire(a.WhyNot),
+		PreemptedBy: a.PreemptedBy, Preempted: a.Preempted, Preempting: preemptingToWire(a.Preempting), Reason: a.Reason, WhyNot: whyNotToWire(a.WhyNot),
 	}
+}
+
+func preemptingToWire(p *fsm.Preempting) *wire.Preempting {
+	if p == nil {
+		return nil
+	}
+	return &wire.Preempting{By: p.By, Deadline: unixTime(p.Deadline)}
 }
 
 // DeviceSpecToWire converts a device as a host reports it, for programs

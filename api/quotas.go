@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
@@ -30,7 +31,12 @@ func quotasOf(st *fsm.State, namespaces []string) []wire.Quota {
 			continue
 		}
 		use, _ := st.QuotaStatus(q.Namespace)
-		out = append(out, wire.Quota{Namespace: q.Namespace, Limits: mapSlice(use, quotaUseToWire), ModifyIndex: q.ModifyIndex})
+		weight := q.Weight
+		if weight == 0 {
+			weight = 1 // a quota without a weight weighs 1 in fair share
+		}
+		out = append(out, wire.Quota{Namespace: q.Namespace, Limits: mapSlice(use, quotaUseToWire), Weight: weight,
+			Borrow: q.Borrow, ReclaimGrace: wire.Duration(q.ReclaimGrace), ModifyIndex: q.ModifyIndex})
 	}
 	return out
 }
@@ -43,7 +49,8 @@ func (s *Server) setQuota(w http.ResponseWriter, r *http.Request) error {
 	}
 	ns := r.PathValue("namespace")
 	cmd := &fsm.SetQuota{Meta: fsm.Meta{RequestID: body.RequestID},
-		Quota: fsm.Quota{Namespace: ns, Limits: mapSlice(body.Limits, quotaLimitFromWire)}}
+		Quota: fsm.Quota{Namespace: ns, Limits: mapSlice(body.Limits, quotaLimitFromWire), Weight: body.Weight,
+			Borrow: body.Borrow, ReclaimGrace: time.Duration(body.ReclaimGrace)}}
 	return s.writeQuota(w, r, cmd)
 }
 

@@ -68,6 +68,8 @@ func routes() []route {
 		{method: "POST", path: "/v1/allocations/{id}/renew", handle: (*Server).renewAllocation, need: capWrite(fsm.AreaAllocations)},
 		{method: "POST", path: "/v1/allocations/{id}/cancel", handle: (*Server).cancelAllocation, need: capWrite(fsm.AreaAllocations)},
 		{method: "GET", path: "/v1/queue", handle: (*Server).getQueue, need: capRead(fsm.AreaAllocations)},
+		{method: "GET", path: "/v1/queue/config", handle: (*Server).getQueueConfig, need: capRead(fsm.AreaAllocations)},
+		{method: "PUT", path: "/v1/queue/config", handle: (*Server).setQueueConfig, need: capWrite(fsm.AreaOperator)},
 		{method: "GET", path: "/v1/history", handle: (*Server).getHistory, need: capRead(fsm.AreaAllocations)},
 
 		// Devices and hosts.

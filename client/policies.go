@@ -129,3 +129,37 @@ func (c *Client) Recommendations(ctx context.Context, typ DeviceType, q *QueryOp
 	}
 	return out, meta, nil
 }
+
+type (
+	// QueueConfig is how the queue is served: fair share (with a usage
+	// half-life) and preemption by waiting requests.
+	QueueConfig = wire.QueueConfig
+	// QueueStatus is the queue configuration with the namespaces'
+	// fair-share figures.
+	QueueStatus = wire.QueueStatus
+	// FairShareUse is a namespace's fair-share figures for a device type.
+	FairShareUse = wire.FairShareUse
+)
+
+// QueueConfig returns how the queue is served, with the fair-share
+// figures of namespace ns ("*": of every namespace the token may read).
+func (c *Client) QueueConfig(ctx context.Context, ns string, q *QueryOptions) (*QueueStatus, *QueryMeta, error) {
+	var out QueueStatus
+	meta, err := c.get(ctx, "/v1/queue/config", url.Values{"namespace": {ns}}, q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, meta, nil
+}
+
+// SetQueueConfig sets how the queue is served, all of it at once (what
+// cfg leaves out is off).
+func (c *Client) SetQueueConfig(ctx context.Context, cfg QueueConfig) (*QueueStatus, *WriteMeta, error) {
+	req := wire.QueueConfigRequest{QueueConfig: cfg, RequestID: NewRequestID()}
+	var out QueueStatus
+	meta, err := c.write(ctx, http.MethodPut, "/v1/queue/config", req, req.RequestID, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, meta, nil
+}

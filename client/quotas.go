@@ -17,6 +17,9 @@ type (
 	Quota = wire.Quota
 	// QuotaUse is one limit and what the namespace holds under it.
 	QuotaUse = wire.QuotaUse
+	// QuotaSpec is a quota as SetQuota sets it: limits, fair-share
+	// weight, borrowing.
+	QuotaSpec = wire.QuotaSpec
 )
 
 // MaxCount is a QuotaLimit.MaxCount of n.
@@ -35,8 +38,8 @@ func (c *Client) Quotas(ctx context.Context, ns string, q *QueryOptions) ([]Quot
 
 // SetQuota sets namespace ns's quota, replacing the one before; raising
 // a limit serves the queue at once. It returns the quota with its use.
-func (c *Client) SetQuota(ctx context.Context, ns string, limits []QuotaLimit) (*Quota, *WriteMeta, error) {
-	req := wire.QuotaRequest{Limits: limits, RequestID: NewRequestID()}
+func (c *Client) SetQuota(ctx context.Context, ns string, spec QuotaSpec) (*Quota, *WriteMeta, error) {
+	req := wire.QuotaRequest{QuotaSpec: spec, RequestID: NewRequestID()}
 	var out []Quota
 	meta, err := c.write(ctx, http.MethodPut, "/v1/quotas/"+esc(ns), req, req.RequestID, &out)
 	if err != nil {

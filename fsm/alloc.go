@@ -108,19 +108,10 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 		s.activate(a, p)
 		return Result{Allocation: a.clone()}
 	}
-	if overQuota == "" && definition(pc.Policy).preempts {
-		if victims, p := s.preempt(a, pc); p != nil && s.quotaExceeded(ns, &a.Request, p) == "" {
-			s.allocs[a.ID] = a
-			for _, v := range victims {
-				v.PreemptedBy = a.ID
-				s.endAllocation(v, Preempted, "preempted by "+a.ID)
-				a.Preempted = append(a.Preempted, v.ID)
-			}
-			s.activate(a, p)
-			// The victims may have freed more than the request took.
-			s.kickQueue()
-			return Result{Allocation: a.clone()}
-		}
+	if overQuota == "" && s.preemptFor(a, pc) {
+		// The victims may have freed more than the request took.
+		s.kickQueue()
+		return Result{Allocation: a.clone()}
 	}
 	why := s.explain(&a.Request)
 	refusal, reason := ErrNoCapacity, "no capacity"
@@ -145,6 +136,9 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	s.timers.ReplaceOrInsert(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
 	s.emitAlloc(a, EventQueued)
 	s.emitQueue(a, EventEnqueued)
+	if overQuota == "" {
+		s.reclaimFor(a, pc)
+	}
 	return Result{Allocation: a.clone()}
 }
 
@@ -152,6 +146,9 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 func (s *State) activate(a *Allocation, p *placement) {
 	s.aggLiveLeave(a)
 	dequeued := a.Status == Pending && a.Deadline != 0
+	if a.Status == Pending {
+		s.spare(a)
+	}
 	if dequeued {
 		s.queue.Delete(queueKeyOf(a))
 		s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
@@ -194,6 +191,9 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 	s.aggLiveLeave(a)
 	switch a.Status {
 	case Active:
+		if a.Preempting != nil {
+			s.dropVictim(a)
+		}
 		for _, as := range a.Devices {
 			d := s.devices[as.DeviceID]
 			s.unindex(d)
@@ -209,6 +209,7 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 			s.timers.Delete(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
 		}
 	case Pending:
+		s.spare(a)
 		s.queue.Delete(queueKeyOf(a))
 		if a.Deadline != 0 {
 			s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
@@ -297,13 +298,46 @@ func (s *State) cancel(c *Cancel) Result {
 	return Result{Allocation: a.clone()}
 }
 
+// preemptFor places a (new, or waiting in the queue) by preempting
+// lower-priority work when its policy preempts and a set of victims
+// lets it fit within its quota (preempt.go). It reports whether it did;
+// the caller re-examines the queue, as the victims may have freed more
+// than a took.
+func (s *State) preemptFor(a *Allocation, pc PolicyConfig) bool {
+	if !definition(pc.Policy).preempts {
+		return false
+	}
+	victims, p := s.preempt(a, pc)
+	if p == nil || s.quotaExceeded(a.Namespace, &a.Request, p) != "" {
+		return false
+	}
+	s.allocs[a.ID] = a
+	for _, v := range victims {
+		v.PreemptedBy = a.ID
+		s.endAllocation(v, Preempted, "preempted by "+a.ID)
+		a.Preempted = append(a.Preempted, v.ID)
+	}
+	s.activate(a, p)
+	return true
+}
+
 // kickQueue re-examines pending requests, highest priority first and FIFO
 // within a priority (under fair share, by namespace share first:
 // fairOrder), and places every one that fits now and whose deadline has
-// not passed.
+// not passed. With SetQueueConfig.PreemptWaiting, a request that does not
+// fit may preempt as on arrival; what its victims freed beyond its needs
+// goes to the queue in another pass, so each pass that preempts places
+// one more request and the passes end.
 func (s *State) kickQueue() {
+	for s.kickQueueOnce() {
+	}
+}
+
+// kickQueueOnce is one pass over the queue; it reports whether a request
+// was placed by preemption.
+func (s *State) kickQueueOnce() (preempted bool) {
 	if s.queue.Len() == 0 {
-		return
+		return false
 	}
 	keys := make([]queueKey, 0, s.queue.Len())
 	s.queue.Ascend(func(k queueKey) bool {
@@ -312,30 +346,41 @@ func (s *State) kickQueue() {
 	})
 	try := func(k queueKey) bool {
 		a := s.allocs[k.id]
-		if a.Deadline <= s.now {
+		if a.Status != Pending || a.Deadline <= s.now {
 			// Past its deadline: the client has given up; the next tick
 			// times it out. Placing it now would leak the devices.
 			return false
 		}
-		p, _ := s.placeInQuota(a.Namespace, &a.Request, s.requestPolicy(&a.Request))
+		pc := s.requestPolicy(&a.Request)
+		p, over := s.placeInQuota(a.Namespace, &a.Request, pc)
 		if p != nil {
 			s.activate(a, p)
+			return true
 		}
-		return p != nil
+		if s.preemptWaiting && over == "" && s.preemptFor(a, pc) {
+			preempted = true
+			return true
+		}
+		if over == "" {
+			s.reclaimFor(a, pc)
+		}
+		return false
 	}
 	if s.fair != nil {
 		s.fairOrder(keys, try)
-		return
+		return preempted
 	}
 	for _, k := range keys {
 		try(k)
 	}
+	return preempted
 }
 
 // tick ends what is due: pending requests past their deadline time out,
 // leases past their expiry expire. Freed capacity goes to the queue.
 func (s *State) tick() {
 	freed := false
+	var reclaimers []string
 	for {
 		k, ok := s.timers.Min()
 		if !ok || k.at > s.now {
@@ -356,8 +401,12 @@ func (s *State) tick() {
 		case k.kind == leaseTimer && a.Status == Active:
 			s.endAllocation(a, Expired, "lease expired")
 			freed = true
+		case k.kind == reclaimTimer && a.Status == Active && a.Preempting != nil && a.Preempting.Deadline == k.at:
+			reclaimers = append(reclaimers, s.reclaimDue(a))
+			freed = true
 		}
 	}
+	s.tryReclaimers(reclaimers)
 	if freed {
 		s.kickQueue()
 	}
@@ -398,6 +447,8 @@ const (
 	leaseTimer
 	// drainTimer's id is a host's.
 	drainTimer
+	// reclaimTimer ends a reclaimed allocation's grace (reclaim.go).
+	reclaimTimer
 )
 
 type timerKey struct {

@@ -166,19 +166,33 @@ func gpuClaim(memGB float64, count int) Claim {
 // req(i), and reports pairs per second. One untimed round of the request
 // cycle first brings the derived indexes to their steady state.
 func runPairs(b *testing.B, c *benchCluster, req func(i int) Request) {
+	runPairsIn(b, c, req, func(int) string { return DefaultNamespace })
+}
+
+// runPairsIn is runPairs with pair i in namespace ns(i).
+func runPairsIn(b *testing.B, c *benchCluster, req func(i int) Request, ns func(i int) string) {
 	b.ReportAllocs()
+	alloc := func(i int) *Allocate {
+		a := &Allocate{Request: req(i)}
+		a.Namespace = ns(i)
+		return a
+	}
 	for i := range benchThresholds {
-		if r := c.apply(&Allocate{Request: req(i)}); r.Err == nil {
-			c.must(b, &Release{AllocationID: r.Allocation.ID})
+		if r := c.apply(alloc(i)); r.Err == nil {
+			rel := &Release{AllocationID: r.Allocation.ID}
+			rel.Namespace = ns(i)
+			c.must(b, rel)
 		}
 	}
 	i := 0
 	for b.Loop() {
-		r := c.apply(&Allocate{Request: req(i)})
+		r := c.apply(alloc(i))
 		if r.Err != nil {
 			b.Fatalf("allocate %d: %v", i, r.Err)
 		}
-		if r := c.apply(&Release{AllocationID: r.Allocation.ID}); r.Err != nil {
+		rel := &Release{AllocationID: r.Allocation.ID}
+		rel.Namespace = ns(i)
+		if r := c.apply(rel); r.Err != nil {
 			b.Fatalf("release %d: %v", i, r.Err)
 		}
 		i++
@@ -435,5 +449,37 @@ func BenchmarkStatsScale(b *testing.B) {
 				h.s.recommendFromScratch("")
 			}
 		})
+	}
+}
+
+// BenchmarkNamespaces is placement with many teams: the single and
+// count4 shapes under BestFit at 100k devices, the requests spread over
+// 100 namespaces, each with a quota (a GPU count and a memory amount,
+// above what the benchmark takes: every limit is checked, none refuses),
+// beside the same requests in one namespace without quotas; "fair" adds
+// fair share on and borrowing on every quota.
+func BenchmarkNamespaces(b *testing.B) {
+	const namespaces = 100
+	for _, mode := range []string{"none", "quotas", "fair"} {
+		for _, sh := range benchShapes[:2] {
+			b.Run(fmt.Sprintf("teams=%s/shape=%s", mode, sh.name), func(b *testing.B) {
+				c := newBenchCluster(b, 100000, BestFit)
+				names := make([]string, namespaces)
+				for i := range names {
+					names[i] = fmt.Sprintf("team-%03d", i)
+					if mode == "none" {
+						names[i] = DefaultNamespace
+						continue
+					}
+					n := 100000
+					c.must(b, &SetQuota{Quota: Quota{Namespace: names[i], Weight: float64(1 + i%5), Borrow: mode == "fair",
+						Limits: []QuotaLimit{{DeviceType: GPU, MaxCount: &n}, {DeviceType: GPU, MaxAmount: Resources{MemoryGB: 1e7}}}}})
+				}
+				if mode == "fair" {
+					c.must(b, &SetQueueConfig{FairShare: true, HalfLife: time.Hour})
+				}
+				runPairsIn(b, c, sh.req, func(i int) string { return names[i%namespaces] })
+			})
+		}
 	}
 }

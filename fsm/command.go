@@ -31,7 +31,7 @@ const (
 	ACLTokenDeleteType   CommandType = 17
 	DrainHostType        CommandType = 18
 	SetQuotaType         CommandType = 19
-	SetFairShareType     CommandType = 20
+	SetQueueConfigType   CommandType = 20
 )
 
 // Meta is carried by every command: the client's request ID (a retried
@@ -193,8 +193,8 @@ func newCommand(t CommandType) Command {
 		return &DrainHost{}
 	case SetQuotaType:
 		return &SetQuota{}
-	case SetFairShareType:
-		return &SetFairShare{}
+	case SetQueueConfigType:
+		return &SetQueueConfig{}
 	case AllocateType:
 		return &Allocate{}
 	case ReleaseType:

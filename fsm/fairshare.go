@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Fair share (SetFairShare): when it is on, the queue serves waiting
+// Fair share (SetQueueConfig.FairShare): when it is on, the queue serves waiting
 // requests by their namespace's share rather than by priority and arrival
 // alone, as Slurm's fair-share factor does. A namespace's usage of a
 // device type is the devices it held over time, decayed with a half-life:
@@ -39,19 +39,8 @@ import (
 // operations in the same order, and a snapshot carries the values, so a
 // restored replica goes on with the same bits.
 
-// DefaultHalfLife is the usage half-life when SetFairShare gives none.
+// DefaultHalfLife is the usage half-life when SetQueueConfig gives none.
 const DefaultHalfLife = 7 * 24 * time.Hour
-
-// SetFairShare turns fair share on (with a usage half-life, default
-// DefaultHalfLife) or off (the queue then serves by priority and arrival,
-// and the usage is forgotten).
-type SetFairShare struct {
-	Meta
-	Enable   bool          `json:"enable"`
-	HalfLife time.Duration `json:"half_life,omitempty"`
-}
-
-func (*SetFairShare) Type() CommandType { return SetFairShareType }
 
 // MaxWeight bounds a namespace's fair-share weight.
 const MaxWeight = 1e6
@@ -85,25 +74,11 @@ func (d *decayed) at(t, halfLife int64) float64 {
 	return d.U*f + float64(d.Held)*(float64(halfLife)/1e9/math.Ln2)*(1-f)
 }
 
-func precheckFairShare(c *SetFairShare) *Error {
-	if c.HalfLife < 0 || c.HalfLife > MaxDuration {
-		return errf(ErrInvalid, "half-life %v out of [0, %v]", c.HalfLife, MaxDuration)
-	}
-	if !c.Enable && c.HalfLife != 0 {
-		return errf(ErrInvalid, "a half-life goes with enable")
-	}
-	return nil
-}
-
-func (s *State) setFairShare(c *SetFairShare) Result {
-	if err := precheckFairShare(c); err != nil {
-		return Result{Err: err}
-	}
-	if !c.Enable {
-		s.fair = nil
-		return Result{}
-	}
-	hl := int64(c.HalfLife)
+// startFairShare turns fair share on, or changes its half-life (0:
+// DefaultHalfLife): the usage so far decays at the old half-life, from
+// now at the new one. It starts from what each namespace holds now.
+func (s *State) startFairShare(halfLife time.Duration) {
+	hl := int64(halfLife)
 	if hl == 0 {
 		hl = int64(DefaultHalfLife)
 	}
@@ -115,14 +90,11 @@ func (s *State) setFairShare(c *SetFairShare) Result {
 			}
 		}
 	} else {
-		// The usage so far decays at the old half-life; from now, the new.
 		for _, d := range s.fair.usage {
 			d.U, d.At = d.at(s.now, s.fair.halfLife), max(d.At, s.now)
 		}
 	}
 	s.fair.halfLife = hl
-	s.kickQueue()
-	return Result{}
 }
 
 // noteHeld records that ns now holds held devices of type t (countUse,

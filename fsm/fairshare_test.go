@@ -30,7 +30,7 @@ func TestFairShareOrder(t *testing.T) {
 		for i, ns := range names {
 			h.must(&SetQuota{Quota: Quota{Namespace: ns, Weight: float64(int(1) << i)}})
 		}
-		h.must(&SetFairShare{Enable: true, HalfLife: time.Minute})
+		h.must(&SetQueueConfig{FairShare: true, HalfLife: time.Minute})
 		active := map[string]string{} // id → namespace
 		queued := 0
 		for step := 0; step < 400; step++ {
@@ -145,7 +145,7 @@ func TestFairShareShares(t *testing.T) {
 		h.must(&SetQuota{Quota: Quota{Namespace: "small", Weight: 1}})
 		h.must(&SetQuota{Quota: Quota{Namespace: "big", Weight: 3}})
 		if fair {
-			h.must(&SetFairShare{Enable: true, HalfLife: 10 * time.Minute})
+			h.must(&SetQueueConfig{FairShare: true, HalfLife: 10 * time.Minute})
 		}
 		var running []fairJob
 		var clock time.Duration
@@ -219,7 +219,7 @@ func TestFairShareWorkedExample(t *testing.T) {
 		h.must(&SetQuota{Quota: Quota{Namespace: "a", Weight: 1}})
 		h.must(&SetQuota{Quota: Quota{Namespace: "b", Weight: 3}})
 		if fair {
-			h.must(&SetFairShare{Enable: true, HalfLife: time.Hour})
+			h.must(&SetQueueConfig{FairShare: true, HalfLife: time.Hour})
 		}
 		var aIDs []string
 		for range 6 {

@@ -30,7 +30,7 @@ func (s *State) CheckInvariants() error {
 // devices (in two halves or more), the classes, the hosts, the live
 // allocations and the queue, the kept snapshot records.
 func (s *State) checkLive(devices []string) error {
-	parts := []func() error{s.checkClasses, s.checkHosts, s.checkAllocs, s.checkHeadCache, s.checkQuotaUse, s.checkFairShare}
+	parts := []func() error{s.checkClasses, s.checkHosts, s.checkAllocs, s.checkHeadCache, s.checkQuotaUse, s.checkFairShare, s.checkReclaims}
 	chunks := 1
 	if len(devices) > 4096 {
 		chunks = runtime.GOMAXPROCS(0)

@@ -339,6 +339,9 @@ type Allocation struct {
 	PreemptedBy string `json:"preempted_by,omitempty"`
 	// Preempted are the allocations this one preempted.
 	Preempted []string `json:"preempted,omitempty"`
+	// Preempting is set on an active allocation whose borrowed devices
+	// are reclaimed, during its grace (reclaim.go).
+	Preempting *Preempting `json:"preempting,omitempty"`
 	// Reason says why the allocation ended, in words.
 	Reason string  `json:"reason,omitempty"`
 	WhyNot *WhyNot `json:"why_not,omitempty"`
@@ -352,6 +355,10 @@ func (a *Allocation) clone() *Allocation {
 	c := *a
 	c.Devices = append([]Assignment(nil), a.Devices...)
 	c.Preempted = append([]string(nil), a.Preempted...)
+	if a.Preempting != nil {
+		p := *a.Preempting
+		c.Preempting = &p
+	}
 	return &c
 }
 

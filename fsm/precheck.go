@@ -64,8 +64,8 @@ func precheck(c Command) *Error {
 		return precheckPolicy(c)
 	case *SetQuota:
 		return validQuota(&c.Quota, c.Delete)
-	case *SetFairShare:
-		return precheckFairShare(c)
+	case *SetQueueConfig:
+		return precheckQueueConfig(c)
 	case *SetRetention:
 		r := c.Retention
 		if r.MaxCount < 1 || r.MaxCount > MaxRetentionCount {

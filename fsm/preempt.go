@@ -12,6 +12,32 @@ func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placeme
 	if limit < 0 {
 		return nil, nil
 	}
+	return s.preemptAmong(a, pc, victimRule{eligible: func(v *Allocation) bool { return v.Request.Priority <= limit }, first: lowerFirst})
+}
+
+// lowerFirst is preemption's order of victims on a host: lowest priority
+// first, newest first within a priority.
+func lowerFirst(a, b *Allocation) bool {
+	if a.Request.Priority != b.Request.Priority {
+		return a.Request.Priority < b.Request.Priority
+	}
+	return a.Seq > b.Seq
+}
+
+// victimRule says which active allocations may end for a request
+// (eligible), in what order they are freed on a host (first), and
+// whether, between hosts whose victims are otherwise as good, the one
+// whose first victim comes first in that order wins (byOrder) rather
+// than the first host by ID.
+type victimRule struct {
+	eligible func(*Allocation) bool
+	first    func(a, b *Allocation) bool
+	byOrder  bool
+}
+
+// preemptAmong is preempt's search over the active allocations the rule
+// makes eligible, freed on each host in its order until a fits.
+func (s *State) preemptAmong(a *Allocation, pc PolicyConfig, rule victimRule) ([]*Allocation, *placement) {
 	fits := s.fitting(&a.Request)
 	for _, f := range fits {
 		if len(f) == 0 {
@@ -42,14 +68,17 @@ func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placeme
 		if maxPrio(o.victims) != maxPrio(best.victims) {
 			return maxPrio(o.victims) < maxPrio(best.victims)
 		}
-		return o.sum < best.sum
+		if o.sum != best.sum || !rule.byOrder {
+			return o.sum < best.sum
+		}
+		return rule.first(o.victims[0], best.victims[0])
 	}
 	for _, hid := range sortedKeys(s.hosts) {
 		h := s.hosts[hid]
 		if !h.Schedulable() {
 			continue
 		}
-		cands := s.victimsOn(h, &a.Request, limit)
+		cands := s.victimsOn(h, &a.Request, rule.eligible, rule.first)
 		if len(cands) == 0 {
 			continue
 		}
@@ -103,9 +132,9 @@ func maxPrio(list []*Allocation) int {
 	return m
 }
 
-// victimsOn lists the active allocations on a host that a request may
-// preempt, lowest priority first, newest first within a priority.
-func (s *State) victimsOn(h *Host, r *Request, limit int) []*Allocation {
+// victimsOn lists the active allocations on a host, on devices of a type
+// the request asks for, that eligible accepts, in the order first.
+func (s *State) victimsOn(h *Host, r *Request, eligible func(*Allocation) bool, first func(a, b *Allocation) bool) []*Allocation {
 	seen := map[string]bool{}
 	var out []*Allocation
 	for _, id := range h.Devices {
@@ -115,19 +144,14 @@ func (s *State) victimsOn(h *Host, r *Request, limit int) []*Allocation {
 		}
 		for _, aid := range d.Allocations {
 			a := s.allocs[aid]
-			if seen[aid] || a.Request.Priority > limit {
+			if seen[aid] || !eligible(a) {
 				continue
 			}
 			seen[aid] = true
 			out = append(out, a)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Request.Priority != out[j].Request.Priority {
-			return out[i].Request.Priority < out[j].Request.Priority
-		}
-		return out[i].Seq > out[j].Seq
-	})
+	sort.Slice(out, func(i, j int) bool { return first(out[i], out[j]) })
 	return out
 }
 

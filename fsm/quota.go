@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Quotas: what a namespace's active allocations may hold (SetQuota). A
@@ -48,6 +49,11 @@ type Quota struct {
 	Limits    []QuotaLimit `json:"limits"`
 	// Weight is the namespace's fair-share weight (fairshare.go); 0 is 1.
 	Weight float64 `json:"weight,omitempty"`
+	// Borrow lets the namespace hold more than its MaxCount limits on
+	// capacity no one else uses; a namespace within its quota reclaims it,
+	// after ReclaimGrace (0: DefaultReclaimGrace) (reclaim.go).
+	Borrow       bool          `json:"borrow,omitempty"`
+	ReclaimGrace time.Duration `json:"reclaim_grace,omitempty"`
 	// ModifyIndex is the index of the command that set it.
 	ModifyIndex uint64 `json:"modify_index"`
 }
@@ -78,6 +84,12 @@ func validQuota(q *Quota, del bool) *Error {
 	}
 	if !(q.Weight >= 0 && q.Weight <= MaxWeight) { // NaN fails too
 		return errf(ErrInvalid, "weight %g out of [0, %g]", q.Weight, MaxWeight)
+	}
+	if q.ReclaimGrace < 0 || q.ReclaimGrace > MaxDuration {
+		return errf(ErrInvalid, "reclaim grace %v out of [0, %v]", q.ReclaimGrace, MaxDuration)
+	}
+	if q.ReclaimGrace != 0 && !q.Borrow {
+		return errf(ErrInvalid, "a reclaim grace goes with borrow")
 	}
 	seen := map[[2]string]bool{}
 	for i, l := range q.Limits {
@@ -117,6 +129,7 @@ func (s *State) setQuota(idx uint64, c *SetQuota) Result {
 			return Result{Err: errf(ErrNotFound, "no quota for namespace %s", ns)}
 		}
 		delete(s.quotas, ns)
+		s.spareNamespace(ns)
 		s.kickQueue()
 		return Result{}
 	}
@@ -126,6 +139,9 @@ func (s *State) setQuota(idx uint64, c *SetQuota) Result {
 		return strings.Compare(string(a.DeviceType)+"\x00"+a.Pool, string(b.DeviceType)+"\x00"+b.Pool)
 	})
 	s.quotas[ns] = &q
+	if !q.Borrow {
+		s.spareNamespace(ns)
+	}
 	s.kickQueue()
 	return Result{}
 }
@@ -245,6 +261,15 @@ func (s *State) heldUnder(ns string, l QuotaLimit) held {
 // pools when they name one, the amounts of shares); with p, by what p
 // takes. "" when none.
 func (s *State) quotaExceeded(ns string, r *Request, p *placement) string {
+	if q := s.quotas[ns]; q != nil && q.Borrow {
+		return "" // past a limit is borrowing (reclaim.go)
+	}
+	return s.overQuota(ns, r, p)
+}
+
+// overQuota is quotaExceeded without borrowing: which limit of ns's quota
+// r would pass.
+func (s *State) overQuota(ns string, r *Request, p *placement) string {
 	q := s.quotas[ns]
 	if q == nil {
 		return ""

@@ -109,15 +109,17 @@ type publicView struct {
 	hostByID map[string]*fsm.Host
 	devByID  map[string]*fsm.Device
 	liveByID map[string]*fsm.Allocation
-	// quotaNS are the namespaces with a quota.
-	quotaNS map[string]bool
+	// quotaNS are the namespaces with a quota, borrowNS those that may
+	// borrow.
+	quotaNS, borrowNS map[string]bool
 }
 
 func observe(s *fsm.State) *publicView {
 	v := &publicView{now: s.Now().UnixNano(), hosts: s.Hosts(), devs: s.Devices(), live: s.Live(), queue: s.Queue(),
-		hostByID: map[string]*fsm.Host{}, devByID: map[string]*fsm.Device{}, liveByID: map[string]*fsm.Allocation{}, quotaNS: map[string]bool{}}
+		hostByID: map[string]*fsm.Host{}, devByID: map[string]*fsm.Device{}, liveByID: map[string]*fsm.Allocation{}, quotaNS: map[string]bool{}, borrowNS: map[string]bool{}}
 	for _, q := range s.Quotas() {
 		v.quotaNS[q.Namespace] = true
+		v.borrowNS[q.Namespace] = q.Borrow
 	}
 	for i := range v.hosts {
 		v.hostByID[v.hosts[i].ID] = &v.hosts[i]
@@ -136,7 +138,18 @@ func (v *publicView) transitions(prev *publicView, s *fsm.State) []string {
 	var out []string
 	for _, a := range prev.live {
 		now, ok := v.liveByID[a.ID]
+		if ok && a.Preempting == nil && now.Preempting != nil {
+			out = append(out, "reclaim began")
+		}
+		if ok && a.Preempting != nil && now.Preempting == nil {
+			out = append(out, "reclaim spared")
+		}
+		if ended, found := s.Allocation(a.ID); !ok && found && strings.HasPrefix(ended.Reason, "reclaimed by") {
+			out = append(out, "reclaimed")
+		}
 		switch {
+		case ok && a.Status == fsm.Pending && now.Status == fsm.Active && len(now.Preempted) > 0:
+			out = append(out, "served from queue by preemption")
 		case ok && a.Status == fsm.Pending && now.Status == fsm.Active:
 			out = append(out, "served from queue")
 		case !ok:
@@ -435,8 +448,8 @@ func (v *publicView) checkQuotas(prev *publicView, s *fsm.State) error {
 			continue
 		}
 		q, ok := s.QuotaOf(a.Namespace)
-		if !ok {
-			continue
+		if !ok || q.Borrow {
+			continue // no quota, or past it by borrowing (checkReclaims)
 		}
 		for _, l := range q.Limits {
 			under := func(id string) bool {
@@ -472,6 +485,30 @@ func (v *publicView) checkQuotas(prev *publicView, s *fsm.State) error {
 					return fmt.Errorf("%s placed %s: %s holds %g of amount %d of %s (pool %q), quota %g", a.Namespace, a.ID, a.Namespace, amount[k], k, l.DeviceType, l.Pool, m)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// checkReclaims: an allocation in its reclaim grace is active, of a
+// namespace that borrows, and reclaimed by a waiting request of another
+// namespace; after a tick, none is past its grace.
+func (v *publicView) checkReclaims(afterTick bool) error {
+	for _, a := range v.live {
+		p := a.Preempting
+		if p == nil {
+			continue
+		}
+		r := v.liveByID[p.By]
+		switch {
+		case a.Status != fsm.Active:
+			return fmt.Errorf("allocation %s is %s and preempting", a.ID, a.Status)
+		case !v.borrowNS[a.Namespace]:
+			return fmt.Errorf("allocation %s of %s is reclaimed, but its namespace does not borrow", a.ID, a.Namespace)
+		case r == nil || r.Status != fsm.Pending || r.Namespace == a.Namespace:
+			return fmt.Errorf("allocation %s is reclaimed by %s, which is not a waiting request of another namespace", a.ID, p.By)
+		case afterTick && p.Deadline <= v.now:
+			return fmt.Errorf("allocation %s kept its borrowed devices past its grace (%d, now %d)", a.ID, p.Deadline, v.now)
 		}
 	}
 	return nil

@@ -25,11 +25,11 @@ func newEventCheck() *eventCheck {
 // finalTypes are the Allocation event types of an allocation's end, with
 // the types the one before may have.
 var finalTypes = map[string][]string{
-	string(fsm.Released):  {fsm.EventPlaced, fsm.EventRenewed},
-	string(fsm.Expired):   {fsm.EventPlaced, fsm.EventRenewed},
-	string(fsm.Preempted): {fsm.EventPlaced, fsm.EventRenewed},
-	string(fsm.Lost):      {fsm.EventPlaced, fsm.EventRenewed},
-	string(fsm.Drained):   {fsm.EventPlaced, fsm.EventRenewed},
+	string(fsm.Released):  {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
+	string(fsm.Expired):   {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
+	string(fsm.Preempted): {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
+	string(fsm.Lost):      {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
+	string(fsm.Drained):   {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
 	string(fsm.TimedOut):  {fsm.EventQueued},
 	string(fsm.Cancelled): {fsm.EventQueued},
 	string(fsm.Failed):    {fsm.EventCreated},
@@ -37,10 +37,12 @@ var finalTypes = map[string][]string{
 
 // after lists the types an Allocation event may follow ("" for none).
 var after = map[string][]string{
-	fsm.EventCreated: {""}, // or any final type: an ID the history forgot
-	fsm.EventQueued:  {fsm.EventCreated},
-	fsm.EventPlaced:  {fsm.EventCreated, fsm.EventQueued},
-	fsm.EventRenewed: {fsm.EventPlaced, fsm.EventRenewed},
+	fsm.EventCreated:    {""}, // or any final type: an ID the history forgot
+	fsm.EventQueued:     {fsm.EventCreated},
+	fsm.EventPlaced:     {fsm.EventCreated, fsm.EventQueued},
+	fsm.EventRenewed:    {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
+	fsm.EventPreempting: {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
+	fsm.EventSpared:     {fsm.EventPreempting},
 }
 
 func contains(list []string, s string) bool {
@@ -88,7 +90,8 @@ func (c *eventCheck) step(s *fsm.State, idx uint64, applied bool, evs []fsm.Even
 					return fmt.Errorf("allocation %s: %s after %q", ev.Key, ev.Type, prev)
 				}
 				want := map[string]fsm.AllocStatus{fsm.EventCreated: fsm.Pending, fsm.EventQueued: fsm.Pending,
-					fsm.EventPlaced: fsm.Active, fsm.EventRenewed: fsm.Active}[ev.Type]
+					fsm.EventPlaced: fsm.Active, fsm.EventRenewed: fsm.Active,
+					fsm.EventPreempting: fsm.Active, fsm.EventSpared: fsm.Active}[ev.Type]
 				if a.Status != want {
 					return fmt.Errorf("allocation %s: %s event with status %s", ev.Key, ev.Type, a.Status)
 				}
@@ -124,7 +127,7 @@ func (c *eventCheck) step(s *fsm.State, idx uint64, applied bool, evs []fsm.Even
 		switch c.last[id] {
 		case fsm.EventCreated, fsm.EventQueued:
 			want = fsm.Pending
-		case fsm.EventPlaced, fsm.EventRenewed:
+		case fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared:
 			want = fsm.Active
 		}
 		if a.Status != want {

@@ -127,10 +127,10 @@ func (g *cmdGen) next(s *fsm.State, v *publicView) step {
 		st = g.setRetention()
 	case r < 895:
 		st = g.setServerRemoved(s)
-	case r < 910:
+	case r < 905:
 		st = g.setQuota(s)
 	case r < 915:
-		st = g.setFairShare()
+		st = g.setQueueConfig()
 	default:
 		st = g.badCommand(s, v)
 	}
@@ -618,21 +618,35 @@ func (g *cmdGen) setQuota(s *fsm.State) step {
 			MaxAmount: fsm.Resources{MemoryGB: pick(g, 0.0, 40, 100)}})
 	}
 	if len(q.Limits) == 0 || g.chance(40) {
-		q.Limits = append(q.Limits, fsm.QuotaLimit{DeviceType: fsm.CPU, MaxAmount: fsm.Resources{ComputeUnits: pick(g, 4.0, 16, 64)}})
+		l := fsm.QuotaLimit{DeviceType: fsm.CPU, MaxAmount: fsm.Resources{ComputeUnits: pick(g, 4.0, 16, 64)}}
+		if g.chance(50) {
+			l.MaxCount = n(g.rng.Intn(6))
+		}
+		q.Limits = append(q.Limits, l)
 	}
 	if g.chance(50) {
 		q.Weight = pick(g, 0.5, 1, 2, 5)
 	}
+	if g.chance(50) {
+		q.Borrow = true
+		q.ReclaimGrace = pick(g, 0, time.Second, 20*time.Second)
+	}
 	return step{kind: "set quota", cmd: &fsm.SetQuota{Quota: q}}
 }
 
-// setFairShare turns fair share on (with a short half-life, so that
-// usage decays within the log) or off.
-func (g *cmdGen) setFairShare() step {
-	if g.chance(25) {
-		return step{kind: "fair share off", cmd: &fsm.SetFairShare{}}
+// setQueueConfig turns fair share on (with a short half-life, so that
+// usage decays within the log) or off, and preemption for waiting
+// requests on or off.
+func (g *cmdGen) setQueueConfig() step {
+	c := &fsm.SetQueueConfig{PreemptWaiting: g.chance(60)}
+	if !g.chance(25) {
+		c.FairShare, c.HalfLife = true, pick(g, 0, time.Minute, 10*time.Minute)
 	}
-	return step{kind: "fair share on", cmd: &fsm.SetFairShare{Enable: true, HalfLife: pick(g, 0, time.Minute, 10*time.Minute)}}
+	kind := "fair share off"
+	if c.FairShare {
+		kind = "fair share on"
+	}
+	return step{kind: kind, cmd: c}
 }
 
 func (g *cmdGen) tick() step {

@@ -155,6 +155,14 @@ func (e *enc) alloc(a *Allocation) (dev int) {
 	e.str(a.PreemptedBy)
 	e.strs(a.Preempted)
 	e.str(a.Reason)
+	if p := a.Preempting; p != nil {
+		// Tag 3 after the why-not tags: a reclaim's mark, on an active
+		// allocation, which has no why-not.
+		e.b = append(e.b, 3)
+		e.str(p.By)
+		e.varint(p.Deadline)
+		return dev
+	}
 	e.whyNot(a.WhyNot)
 	return dev
 }
@@ -586,6 +594,11 @@ func (d *dec) allocInto(a *Allocation) {
 	a.PreemptedBy = d.str()
 	a.Preempted = d.strList()
 	a.Reason = d.sym()
+	if len(d.b) > 0 && d.b[0] == 3 {
+		d.b = d.b[1:]
+		a.Preempting = &Preempting{By: d.str(), Deadline: d.varint()}
+		return
+	}
 	a.WhyNot = d.whyNot()
 }
 

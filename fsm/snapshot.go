@@ -59,6 +59,8 @@ type snapshotConfig struct {
 	Quotas []Quota `json:"quotas,omitempty"`
 	// FairShare is absent while fair share is off.
 	FairShare *fairSnapshot `json:"fair_share,omitempty"`
+	// PreemptWaiting is absent while off (SetQueueConfig).
+	PreemptWaiting bool `json:"preempt_waiting,omitempty"`
 	// ACL is absent until ACLs are used.
 	ACL *aclSnapshot `json:"acl,omitempty"`
 }
@@ -96,6 +98,7 @@ func (s *State) snapshotConfig() snapshotConfig {
 		Drains:         s.drains(),
 		Quotas:         s.Quotas(),
 		FairShare:      s.fairSnapshot(),
+		PreemptWaiting: s.preemptWaiting,
 	}
 	if used, _ := s.ACLBootstrapped(); used || len(s.acl.policies) > 0 || len(s.acl.tokens) > 1 {
 		c.ACL = &aclSnapshot{BootstrapIndex: s.acl.bootstrapIndex, Policies: s.ACLPolicies(), Tokens: s.ACLTokens()}
@@ -266,6 +269,7 @@ func restoreV1(r io.Reader) (*State, error) {
 	if err := s.restoreFairShare(snap.FairShare); err != nil {
 		return nil, err
 	}
+	s.preemptWaiting = snap.PreemptWaiting
 	g := newStatsGather()
 	for _, a := range snap.Live {
 		if err := s.restoreLive(a); err != nil {
@@ -585,6 +589,7 @@ func restoreV2(r *bufio.Reader) (*State, error) {
 	if err := s.restoreFairShare(c.FairShare); err != nil {
 		return nil, err
 	}
+	s.preemptWaiting = c.PreemptWaiting
 	sr.devs = make(map[string]restoredDev, len(s.devices))
 	for id, d := range s.devices { // filing: order-free
 		sr.devs[id] = restoredDev{id: d.ID, pool: d.Pool}
@@ -801,6 +806,13 @@ func (s *State) restoreLive(a *Allocation) error {
 		if a.LeaseExpiresAt != 0 {
 			s.timers.ReplaceOrInsert(timerKey{at: a.LeaseExpiresAt, kind: leaseTimer, id: a.ID})
 		}
+		if p := a.Preempting; p != nil {
+			s.timers.ReplaceOrInsert(timerKey{at: p.Deadline, kind: reclaimTimer, id: a.ID})
+			s.reclaims[p.By] = insertSorted(s.reclaims[p.By], a.ID)
+		}
+	}
+	if a.Preempting != nil && a.Status != Active {
+		return errf(ErrSnapshot, "allocation %s is %s and preempting", a.ID, a.Status)
 	}
 	return nil
 }

@@ -43,6 +43,14 @@ type State struct {
 	use    map[useKey]*held
 	// fair is the fair-share state, nil while it is off (fairshare.go).
 	fair *fairShare
+	// preemptWaiting: waiting requests may preempt (SetQueueConfig).
+	preemptWaiting bool
+	// reclaims are the victims in their grace of each reclaiming request,
+	// sorted (reclaim.go); derived from the allocations' Preempting.
+	reclaims map[string][]string
+	// spared: this command spared victims of a reclaim; Apply then
+	// re-examines the queue.
+	spared bool
 
 	idx *index
 	// agg holds the figures of Stats (stats_agg.go), derived state.
@@ -78,6 +86,7 @@ func New() *State {
 		cursors:      map[DeviceType]string{},
 		quotas:       map[string]*Quota{},
 		use:          map[useKey]*held{},
+		reclaims:     map[string][]string{},
 		retention:    DefaultRetention,
 		shapes:       newShapeWindow(),
 		idx:          newIndex(),
@@ -123,6 +132,12 @@ func (s *State) Apply(idx uint64, c Command) Result {
 	}
 	s.last = idx
 	res := s.apply(idx, c)
+	for s.spared {
+		// Victims a reclaim spared are borrowed still: another waiting
+		// owner may reclaim them (reclaim.go).
+		s.spared = false
+		s.kickQueue()
+	}
 	res.Index = idx
 	if res.Err != nil && !isRecorded(res.Err) {
 		// Refused: nothing changed, not even the clock.
@@ -179,8 +194,8 @@ func (s *State) apply(idx uint64, c Command) Result {
 		return s.drainHost(c)
 	case *SetQuota:
 		return s.setQuota(idx, c)
-	case *SetFairShare:
-		return s.setFairShare(c)
+	case *SetQueueConfig:
+		return s.setQueueConfig(c)
 	case *Allocate:
 		return s.allocate(idx, c)
 	case *Release:

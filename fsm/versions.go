@@ -12,7 +12,7 @@ import (
 // command's level (cluster/DESIGN.md, "Rolling upgrades"). Level 1 is
 // the first release: command types 1–17, snapshot format 2 (format 1
 // still restores) and RegisterHost's inventory hash. Level 2 (0.2.0)
-// adds DrainHost, level 3 (0.3.0) SetQuota and SetFairShare. A release that adds a command
+// adds DrainHost, level 3 (0.3.0) SetQuota and SetQueueConfig. A release that adds a command
 // type raises the level by one and lists the type below with the level
 // and the first version that knows it. Levels only grow; a type never
 // changes level.
@@ -48,7 +48,7 @@ var commandSince = map[CommandType]Since{
 	ACLTokenDeleteType:   {1, "0.1.0"},
 	DrainHostType:        {2, "0.2.0"},
 	SetQuotaType:         {3, "0.3.0"},
-	SetFairShareType:     {3, "0.3.0"},
+	SetQueueConfigType:   {3, "0.3.0"},
 }
 
 // levelVersions is the first version of each feature level, from 1.

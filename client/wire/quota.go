@@ -10,10 +10,21 @@ type QuotaLimit struct {
 	MaxAmount Resources  `json:"max_amount"`
 }
 
+// QuotaSpec is a namespace's quota as it is set: its limits, its
+// fair-share weight (0: 1), and whether it may borrow idle capacity past
+// its max counts, with the grace its borrowed allocations get when an
+// owner reclaims them (0: 30s).
+type QuotaSpec struct {
+	Limits       []QuotaLimit `json:"limits"`
+	Weight       float64      `json:"weight,omitempty"`
+	Borrow       bool         `json:"borrow,omitempty"`
+	ReclaimGrace Duration     `json:"reclaim_grace,omitempty"`
+}
+
 // QuotaRequest is the body of PUT /v1/quotas/{namespace}.
 type QuotaRequest struct {
-	Limits    []QuotaLimit `json:"limits"`
-	RequestID string       `json:"request_id,omitempty"`
+	QuotaSpec
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // QuotaUse is one limit of a quota with what the namespace holds under it.
@@ -25,7 +36,10 @@ type QuotaUse struct {
 
 // Quota is a namespace's quota and its use (GET /v1/quotas).
 type Quota struct {
-	Namespace   string     `json:"namespace"`
-	Limits      []QuotaUse `json:"limits"`
-	ModifyIndex uint64     `json:"modify_index"`
+	Namespace    string     `json:"namespace"`
+	Limits       []QuotaUse `json:"limits"`
+	Weight       float64    `json:"weight"`
+	Borrow       bool       `json:"borrow,omitempty"`
+	ReclaimGrace Duration   `json:"reclaim_grace,omitempty"`
+	ModifyIndex  uint64     `json:"modify_index"`
 }

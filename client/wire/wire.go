@@ -299,8 +299,19 @@ type Allocation struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
 	PreemptedBy    string    `json:"preempted_by,omitempty"`
 	Preempted      []string  `json:"preempted,omitempty"`
-	Reason         string    `json:"reason,omitempty"`
-	WhyNot         *WhyNot   `json:"why_not,omitempty"`
+	// Preempting is set while an active allocation's borrowed devices are
+	// reclaimed: it ends as preempted at the deadline unless it ends
+	// first or the reclaiming request stops waiting.
+	Preempting *Preempting `json:"preempting,omitempty"`
+	Reason     string      `json:"reason,omitempty"`
+	WhyNot     *WhyNot     `json:"why_not,omitempty"`
+}
+
+// Preempting is the reclaim of an allocation's borrowed devices: the
+// waiting request that reclaims them, and when the grace ends.
+type Preempting struct {
+	By       string    `json:"by"`
+	Deadline time.Time `json:"deadline"`
 }
 
 // AllocationList is a page of allocations. Next is the token of the next

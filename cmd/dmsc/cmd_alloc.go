@@ -194,7 +194,7 @@ func formatAllocation(a *client.Allocation) string {
 	pairs := [][2]string{
 		{"ID", a.ID},
 		{"Request ID", orDash(a.RequestID)},
-		{"Status", string(a.Status)},
+		{"Status", allocStatusText(a)},
 		{"Request", claimSummary(a.Request)},
 	}
 	if a.Request.Priority != 0 {
@@ -229,6 +229,9 @@ func formatAllocation(a *client.Allocation) string {
 	}
 	if len(a.Preempted) > 0 {
 		pairs = append(pairs, [2]string{"Preempted", strings.Join(a.Preempted, ",")})
+	}
+	if p := a.Preempting; p != nil {
+		pairs = append(pairs, [2]string{"Reclaimed by", p.By}, [2]string{"Preempted at", formatTime(p.Deadline)})
 	}
 	out := keyValues(pairs)
 	if len(a.Devices) > 0 {
@@ -567,4 +570,13 @@ func allocCommands(ui cli.Ui) map[string]cli.CommandFactory {
 		"renew":        func() (cli.Command, error) { return &allocWriteCommand{base(), "renew"}, nil },
 		"history":      func() (cli.Command, error) { return &historyCommand{base()}, nil },
 	}
+}
+
+// allocStatusText is an allocation's status, "active (preempting)" while
+// its borrowed devices are reclaimed.
+func allocStatusText(a *client.Allocation) string {
+	if a.Preempting != nil {
+		return string(a.Status) + " (preempting)"
+	}
+	return string(a.Status)
 }

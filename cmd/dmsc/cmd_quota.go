@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/dmsc/dmsc/client"
+	"github.com/dmsc/dmsc/fsm"
 	"github.com/hashicorp/cli"
 )
 
@@ -17,18 +21,25 @@ func (c *quotaApplyCommand) Synopsis() string { return "Set a limit of a namespa
 
 func (c *quotaApplyCommand) Help() string {
 	return helpText(`
-Usage: dmsc quota apply -namespace <namespace> -type <type> [options]
+Usage: dmsc quota apply -namespace <namespace> [-type <type> [limits]] [options]
 
   Sets the limit on one device type (in one pool with -pool, else in all
-  pools together) of a namespace's quota, keeping its other limits. The
-  namespace's active allocations may then hold at most -max-count devices
-  of the type (whole or in part) and at most each -max-* amount; a
-  request that would pass a limit is refused, or waits in the queue with
-  its timeout, and its why-not names the limit. A limit lowered below
-  what the namespace holds ends nothing, but nothing more is placed until
-  its use is below.`, `
+  pools together) of a namespace's quota, keeping its other limits, and
+  with -weight, -borrow and -reclaim-grace the namespace's fair-share
+  weight and borrowing (what is not given is kept). The namespace's
+  active allocations may then hold at most -max-count devices of the type
+  (whole or in part) and at most each -max-* amount; a request that would
+  pass a limit is refused, or waits in the queue with its timeout, and
+  its why-not names the limit. A limit lowered below what the namespace
+  holds ends nothing, but nothing more is placed until its use is below.
+
+  A namespace that borrows may go past its max counts on idle capacity.
+  When a namespace within its own quota then waits for that capacity,
+  the borrowed allocations (lowest priority, most recently started first)
+  are marked preempting and end as preempted after the grace.`, `
   -type=<type>
     The device type the limit is on (GPU, CPU, Memory, Storage, Network).
+    Needed unless only -weight, -borrow or -reclaim-grace is given.
 
   -pool=<pool>
     Limit the type in this pool only. Default: every pool together.
@@ -40,7 +51,19 @@ Usage: dmsc quota apply -namespace <namespace> -type <type> [options]
   -max-memory-gb=<gb>, -max-compute-units=<n>, -max-storage-gb=<gb>,
   -max-bandwidth-gbps=<gbps>
     The most of each amount the namespace may hold (a whole exclusive
-    device counts its capacity). Default: no bound.`)
+    device counts its capacity). Default: no bound.
+
+  -weight=<w>
+    The namespace's fair-share weight (dmsc queue config -fair-share):
+    its entitlement against the other namespaces'. Default 1.
+
+  -borrow
+    Let the namespace borrow idle capacity past its max counts
+    (-borrow=false: no more).
+
+  -reclaim-grace=<duration>
+    How long a borrowed allocation keeps its devices once reclaimed.
+    Default 30s.`)
 }
 
 func (c *quotaApplyCommand) Run(args []string) int {
@@ -57,37 +80,68 @@ func (c *quotaApplyCommand) Run(args []string) int {
 	fs.Float64Var(&lim.MaxAmount.ComputeUnits, "max-compute-units", 0, "")
 	fs.Float64Var(&lim.MaxAmount.StorageGB, "max-storage-gb", 0, "")
 	fs.Float64Var(&lim.MaxAmount.BandwidthGbps, "max-bandwidth-gbps", 0, "")
+	var (
+		weight float64
+		borrow bool
+		grace  time.Duration
+	)
+	fs.Float64Var(&weight, "weight", 0, "")
+	fs.BoolVar(&borrow, "borrow", false, "")
+	fs.DurationVar(&grace, "reclaim-grace", 0, "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	limitFlags := typ != "" || pool != "" || count != -1 || lim.MaxAmount != (client.Resources{})
 	ns := c.namespace
 	switch {
 	case ns == "" || ns == "*":
 		return c.usageError("quota apply", "-namespace is required (one namespace)")
-	case typ == "":
+	case typ == "" && (limitFlags || !(set["weight"] || set["borrow"] || set["reclaim-grace"])):
 		return c.usageError("quota apply", "-type is required")
 	case count < -1:
 		return c.usageError("quota apply", "-max-count must be 0 or more")
+	case set["weight"] && weight <= 0:
+		return c.usageError("quota apply", "-weight must be above 0")
+	case grace < 0:
+		return c.usageError("quota apply", "-reclaim-grace must be 0 or more")
 	}
 	lim.Type, lim.Pool = client.DeviceType(typ), pool
 	if count >= 0 {
 		lim.MaxCount = client.MaxCount(count)
 	}
 	return c.run(func(ctx context.Context, cl *client.Client) error {
-		// The other limits are kept: read the quota, change one limit.
+		// What is not given is kept: read the quota, change what is.
 		have, _, err := cl.Quotas(ctx, ns, nil)
 		if err != nil {
 			return err
 		}
-		var limits []client.QuotaLimit
+		var spec client.QuotaSpec
 		for _, q := range have {
+			spec.Weight, spec.Borrow, spec.ReclaimGrace = q.Weight, q.Borrow, q.ReclaimGrace
 			for _, u := range q.Limits {
-				if u.Limit.Type != lim.Type || u.Limit.Pool != lim.Pool {
-					limits = append(limits, u.Limit)
+				if typ == "" || u.Limit.Type != lim.Type || u.Limit.Pool != lim.Pool {
+					spec.Limits = append(spec.Limits, u.Limit)
 				}
 			}
 		}
-		q, _, err := cl.SetQuota(ctx, ns, append(limits, lim))
+		if typ != "" {
+			spec.Limits = append(spec.Limits, lim)
+		}
+		if set["weight"] {
+			spec.Weight = weight
+		}
+		if set["borrow"] {
+			spec.Borrow = borrow
+		}
+		if set["reclaim-grace"] {
+			spec.ReclaimGrace = client.Duration(grace)
+		}
+		if !spec.Borrow {
+			spec.ReclaimGrace = 0
+		}
+		q, _, err := cl.SetQuota(ctx, ns, spec)
 		if err != nil {
 			return err
 		}
@@ -196,10 +250,23 @@ func (c *quotaDeleteCommand) Run(args []string) int {
 	})
 }
 
-// quotaTable is a row per limit: what is held against the bound.
+// quotaTable is a row per limit: what is held against the bound, with
+// the namespace's weight and borrowing.
 func quotaTable(qs []client.Quota) string {
 	var rows [][]string
 	for _, q := range qs {
+		borrow := "no"
+		if q.Borrow {
+			grace := time.Duration(q.ReclaimGrace)
+			if grace == 0 {
+				grace = fsm.DefaultReclaimGrace
+			}
+			borrow = "yes, grace " + grace.String()
+		}
+		weight := strconv.FormatFloat(q.Weight, 'g', -1, 64)
+		if len(q.Limits) == 0 {
+			rows = append(rows, []string{q.Namespace, "-", "-", "-", "-", weight, borrow})
+		}
 		for _, u := range q.Limits {
 			count := fmt.Sprint(u.Count)
 			if u.Limit.MaxCount != nil {
@@ -219,11 +286,11 @@ func quotaTable(qs []client.Quota) string {
 					amounts = append(amounts, fmt.Sprintf("%s %g of %g", a.name, a.held, a.max))
 				}
 			}
-			rows = append(rows, []string{q.Namespace, string(u.Limit.Type), orDefault(u.Limit.Pool, "*"), count, orDash(strings.Join(amounts, ", "))})
+			rows = append(rows, []string{q.Namespace, string(u.Limit.Type), orDefault(u.Limit.Pool, "*"), count, orDash(strings.Join(amounts, ", ")), weight, borrow})
 		}
 	}
 	slices.SortStableFunc(rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
-	return table([]string{"NAMESPACE", "TYPE", "POOL", "DEVICES", "AMOUNTS"}, rows)
+	return table([]string{"NAMESPACE", "TYPE", "POOL", "DEVICES", "AMOUNTS", "WEIGHT", "BORROW"}, rows)
 }
 
 // orDefault is s, or def when s is empty.
@@ -246,5 +313,106 @@ func quotaCommands(ui cli.Ui) map[string]cli.CommandFactory {
 		"quota list":   func() (cli.Command, error) { return &quotaListCommand{base()}, nil },
 		"quota status": func() (cli.Command, error) { return &quotaStatusCommand{base()}, nil },
 		"quota delete": func() (cli.Command, error) { return &quotaDeleteCommand{base()}, nil },
+		"queue": func() (cli.Command, error) {
+			return &parentCommand{ui: ui, name: "queue", synopsis: "Show or set how the queue is served", subs: []string{"config"}}, nil
+		},
+		"queue config": func() (cli.Command, error) { return &queueConfigCommand{base()}, nil },
 	}
+}
+
+// queueConfigCommand is `dmsc queue config`.
+type queueConfigCommand struct{ apiCommand }
+
+func (c *queueConfigCommand) Synopsis() string {
+	return "Show or set fair share and preemption for the queue"
+}
+
+func (c *queueConfigCommand) Help() string {
+	return helpText(`
+Usage: dmsc queue config [options]
+
+  Without options, shows how the queue is served and each namespace's
+  fair-share figures per device type: devices held now, usage decayed by
+  the half-life (as devices held on average lately), weight (dmsc quota
+  apply -weight) and score, (held + recent) / weight. With options, sets
+  what they give and keeps the rest.
+
+  With fair share on, when capacity frees, the waiting namespaces whose
+  score is below the share line (what all of them hold now and lately,
+  split by weight) are served first, lowest score first; otherwise the
+  queue is served by priority, then arrival.`, `
+  -fair-share
+    Serve the queue by fair share (-fair-share=false: by priority and
+    arrival, and the usage is forgotten).
+
+  -half-life=<duration>
+    The fair-share usage half-life; turns fair share on. Default 168h
+    (7 days).
+
+  -preempt-waiting
+    Let a waiting request preempt lower-priority work (under a policy
+    that preempts, by its gap) each time the queue is examined, not only
+    when it arrives.`)
+}
+
+func (c *queueConfigCommand) Run(args []string) int {
+	fs := c.flags("queue config")
+	var (
+		fair, preempt bool
+		halfLife      time.Duration
+	)
+	fs.BoolVar(&fair, "fair-share", false, "")
+	fs.DurationVar(&halfLife, "half-life", 0, "")
+	fs.BoolVar(&preempt, "preempt-waiting", false, "")
+	if _, ok := c.parse(fs, args); !ok {
+		return exitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if halfLife < 0 {
+		return c.usageError("queue config", "-half-life must be above 0")
+	}
+	return c.run(func(ctx context.Context, cl *client.Client) error {
+		st, _, err := cl.QueueConfig(ctx, orDefault(c.namespace, "*"), nil)
+		if err != nil {
+			return err
+		}
+		if len(set) > 0 {
+			cfg := st.QueueConfig
+			if set["fair-share"] {
+				cfg.FairShare = fair
+			}
+			if set["half-life"] {
+				cfg.HalfLife, cfg.FairShare = client.Duration(halfLife), cfg.FairShare || !set["fair-share"]
+			}
+			if !cfg.FairShare {
+				cfg.HalfLife = 0
+			}
+			if set["preempt-waiting"] {
+				cfg.PreemptWaiting = preempt
+			}
+			if st, _, err = cl.SetQueueConfig(ctx, cfg); err != nil {
+				return err
+			}
+		}
+		if c.json {
+			c.printJSON(st)
+			return nil
+		}
+		fairShare := "off"
+		if st.FairShare {
+			fairShare = "on, half-life " + time.Duration(st.HalfLife).String()
+		}
+		c.ui.Output(fmt.Sprintf("Fair share:       %s\nPreempt waiting:  %v", fairShare, st.PreemptWaiting))
+		if len(st.Usage) > 0 {
+			rows := make([][]string, 0, len(st.Usage))
+			for _, u := range st.Usage {
+				rows = append(rows, []string{u.Namespace, string(u.Type), strconv.FormatFloat(u.Weight, 'g', -1, 64), strconv.Itoa(u.Held),
+					strconv.FormatFloat(u.Recent, 'f', 2, 64), strconv.FormatFloat(u.Score, 'f', 3, 64)})
+			}
+			c.ui.Output("")
+			c.output(table([]string{"NAMESPACE", "TYPE", "WEIGHT", "HELD", "RECENT", "SCORE"}, rows))
+		}
+		return nil
+	})
 }

@@ -28,3 +28,26 @@ func TestCLIQuota(t *testing.T) {
 		tc.check(t)
 	}
 }
+
+// TestCLIQueueConfigAndBorrow: weights and borrowing are set with quota
+// apply and kept when a limit changes; queue config turns fair share and
+// preemption for waiting requests on and shows the figures.
+func TestCLIQueueConfigAndBorrow(t *testing.T) {
+	apiNode(t)
+	for _, tc := range []cliCase{
+		{args: []string{"queue", "config"}, out: []string{"Fair share:       off", "Preempt waiting:  false"}},
+		{args: []string{"queue", "config", "-fair-share", "-half-life", "1h", "-preempt-waiting"}, out: []string{"Fair share:       on, half-life 1h0m0s", "Preempt waiting:  true"}},
+		{args: []string{"queue", "config", "-preempt-waiting=false"}, out: []string{"on, half-life 1h0m0s", "Preempt waiting:  false"}},
+		{args: []string{"quota", "apply", "-namespace", "team-a", "-weight", "3"}, out: []string{"team-a", "-", "3", "no"}},
+		{args: []string{"quota", "apply", "-namespace", "team-a", "-type", "GPU", "-max-count", "1", "-borrow", "-reclaim-grace", "1m"},
+			out: []string{"GPU", "0 of 1", "3", "yes, grace 1m0s"}},
+		{args: []string{"quota", "apply", "-namespace", "team-a", "-type", "CPU", "-max-count", "2"}, out: []string{"CPU", "0 of 2", "yes, grace 1m0s"}},
+		{args: []string{"alloc", "-namespace", "team-a", "-type", "GPU"}, out: []string{"active"}},
+		{args: []string{"queue", "config"}, out: []string{"NAMESPACE", "team-a", "GPU", "3", "1"}},
+		{args: []string{"quota", "apply", "-namespace", "team-a", "-weight", "0"}, code: exitUsage},
+		{args: []string{"quota", "apply", "-namespace", "team-a"}, code: exitUsage},
+		{args: []string{"queue", "config", "-half-life", "-1h"}, code: exitUsage},
+	} {
+		tc.check(t)
+	}
+}

@@ -302,7 +302,7 @@ func (p *inProcessTimeline) tenants(weights map[string]float64, fair bool, halfL
 		}
 	}
 	if fair {
-		return p.applyAt(&fsm.SetFairShare{Enable: true, HalfLife: halfLife}, 0).Err
+		return p.applyAt(&fsm.SetQueueConfig{FairShare: true, HalfLife: halfLife}, 0).Err
 	}
 	return nil
 }
