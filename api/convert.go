@@ -226,7 +226,7 @@ func retentionFromWire(r wire.RetentionRequest) fsm.Retention {
 
 func outcomeCountsToWire(c fsm.OutcomeCounts) wire.OutcomeCounts {
 	return wire.OutcomeCounts{
-		Total: c.Total, Successful: c.Successful, Released: c.Released, Failed: c.Failed, TimedOut: c.TimedOut,
+		Total: c.Total, Successful: c.Successful, Released: c.Released, Failed: c.Failed, OverQuota: c.OverQuota, TimedOut: c.TimedOut,
 		Preempted: c.Preempted, Expired: c.Expired, Lost: c.Lost, Cancelled: c.Cancelled, Drained: c.Drained,
 		Active: c.Active, Pending: c.Pending,
 	}

@@ -120,6 +120,27 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// GET /v1/stats/namespaces
+func (s *Server) getNamespaceStats(w http.ResponseWriter, r *http.Request) error {
+	typ, err := typeParam(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	ns := statsNamespaces(r.Context())
+	var out []fsm.NamespaceStats
+	if err := s.read(w, r, func(st *fsm.State) { out = st.NamespaceStats(typ, ns) }); err != nil {
+		return err
+	}
+	writeJSON(w, r, http.StatusOK, mapSlice(out, namespaceStatsToWire))
+	return nil
+}
+
+func namespaceStatsToWire(n fsm.NamespaceStats) wire.NamespaceStats {
+	return wire.NamespaceStats{Namespace: n.Namespace, Type: deviceTypeToWire(n.Type), Weight: n.Weight, EntitlementPct: n.EntitlementPct,
+		Held: n.Held, SharePct: n.SharePct, RecentSharePct: n.RecentSharePct, MaxCount: n.MaxCount, Borrowing: n.Borrowing,
+		Counts: outcomeCountsToWire(n.Counts), QueueWait: durationStatsToWire(n.QueueWait), Refusals: n.Refusals}
+}
+
 // GET /v1/recommendations
 func (s *Server) getRecommendations(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()

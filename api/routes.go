@@ -103,6 +103,7 @@ func routes() []route {
 
 		// Statistics and advice.
 		{method: "GET", path: "/v1/stats", handle: (*Server).getStats, need: capRead(fsm.AreaAllocations)},
+		{method: "GET", path: "/v1/stats/namespaces", handle: (*Server).getNamespaceStats, need: capRead(fsm.AreaAllocations)},
 		{method: "GET", path: "/v1/recommendations", handle: (*Server).getRecommendations, need: capRead(fsm.AreaAllocations)},
 
 		// Cluster and agent.

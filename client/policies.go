@@ -139,7 +139,23 @@ type (
 	QueueStatus = wire.QueueStatus
 	// FairShareUse is a namespace's fair-share figures for a device type.
 	FairShareUse = wire.FairShareUse
+	// NamespaceStats is a namespace's figures for a device type.
+	NamespaceStats = wire.NamespaceStats
 )
+
+// NamespaceStats returns the figures of namespace ns ("*": every
+// namespace the token may read) per device type (typ, or every type when
+// empty): share against entitlement, queue wait, refusals by reason.
+func (c *Client) NamespaceStats(ctx context.Context, typ DeviceType, ns string, q *QueryOptions) ([]NamespaceStats, *QueryMeta, error) {
+	v := url.Values{"namespace": {ns}}
+	setIf(v, "type", string(typ))
+	var out []NamespaceStats
+	meta, err := c.get(ctx, "/v1/stats/namespaces", v, q, &out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, meta, nil
+}
 
 // QueueConfig returns how the queue is served, with the fair-share
 // figures of namespace ns ("*": of every namespace the token may read).

@@ -117,7 +117,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	refusal, reason := ErrNoCapacity, "no capacity"
 	if overQuota != "" {
 		why.Quota, why.Summary = overQuota, overQuota
-		refusal, reason = ErrQuotaExceeded, "quota exceeded"
+		refusal, reason = ErrQuotaExceeded, reasonOverQuota
 	}
 	a.WhyNot = why
 	if a.Request.Timeout == 0 {

@@ -473,7 +473,7 @@ func BenchmarkNamespaces(b *testing.B) {
 					}
 					n := 100000
 					c.must(b, &SetQuota{Quota: Quota{Namespace: names[i], Weight: float64(1 + i%5), Borrow: mode == "fair",
-						Limits: []QuotaLimit{{DeviceType: GPU, MaxCount: &n}, {DeviceType: GPU, MaxAmount: Resources{MemoryGB: 1e7}}}}})
+						Limits: []QuotaLimit{{DeviceType: GPU, MaxCount: &n, MaxAmount: Resources{MemoryGB: 1e7}}, {DeviceType: CPU, MaxAmount: Resources{ComputeUnits: 1e6}}}}})
 				}
 				if mode == "fair" {
 					c.must(b, &SetQueueConfig{FairShare: true, HalfLife: time.Hour})

@@ -25,6 +25,9 @@ import (
 // were made in, which a restored replica does not share with one that
 // applied the log.
 
+// reasonOverQuota is the Reason of a request refused for its quota.
+const reasonOverQuota = "quota exceeded"
+
 // MaxQuotaLimits bounds the limits of one quota.
 const MaxQuotaLimits = 64
 

@@ -35,8 +35,10 @@ type OutcomeCounts struct {
 	// happened after (released, expired, preempted, lost, or still active).
 	Successful int `json:"successful"`
 	Released   int `json:"released"`
-	// Failed requests were refused at once (timeout 0, nothing fit).
+	// Failed requests were refused at once (timeout 0): nothing fit, or
+	// OverQuota of them because of their namespace's quota.
 	Failed    int `json:"failed"`
+	OverQuota int `json:"over_quota"`
 	TimedOut  int `json:"timed_out"`
 	Preempted int `json:"preempted"`
 	Expired   int `json:"expired"`
@@ -61,6 +63,9 @@ func (c *OutcomeCounts) add(a *Allocation) {
 		c.Released++
 	case Failed:
 		c.Failed++
+		if a.Reason == reasonOverQuota {
+			c.OverQuota++
+		}
 	case TimedOut:
 		c.TimedOut++
 	case Preempted:

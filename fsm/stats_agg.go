@@ -234,6 +234,7 @@ func (c *OutcomeCounts) addSigned(a *Allocation, sign int) {
 	c.Successful += sign * one.Successful
 	c.Released += sign * one.Released
 	c.Failed += sign * one.Failed
+	c.OverQuota += sign * one.OverQuota
 	c.TimedOut += sign * one.TimedOut
 	c.Preempted += sign * one.Preempted
 	c.Expired += sign * one.Expired
@@ -771,6 +772,7 @@ func (bs aggSet) counts() OutcomeCounts {
 		c.Successful += b.counts.Successful
 		c.Released += b.counts.Released
 		c.Failed += b.counts.Failed
+		c.OverQuota += b.counts.OverQuota
 		c.TimedOut += b.counts.TimedOut
 		c.Preempted += b.counts.Preempted
 		c.Expired += b.counts.Expired

@@ -36,8 +36,10 @@ type OutcomeCounts struct {
 	// happened after.
 	Successful int `json:"successful"`
 	Released   int `json:"released"`
-	// Failed requests were refused at once (timeout 0, nothing fit).
+	// Failed requests were refused at once (timeout 0): nothing fit, or
+	// OverQuota of them because of their namespace's quota.
 	Failed    int `json:"failed"`
+	OverQuota int `json:"over_quota"`
 	TimedOut  int `json:"timed_out"`
 	Preempted int `json:"preempted"`
 	Expired   int `json:"expired"`
@@ -133,4 +135,25 @@ type Recommendation struct {
 	Policy Policy `json:"policy,omitempty"`
 	// Devices are the devices a drain_unhealthy recommendation names.
 	Devices []string `json:"devices,omitempty"`
+}
+
+// NamespaceStats is one namespace's figures for one device type (GET
+// /v1/stats/namespaces): its weight and entitlement (its part of the
+// weights, in percent) against its part of the devices held now and of
+// the recent usage (fair share on), its quota's max count and what it
+// borrows past it, its outcomes and queue wait, and its refusals by
+// reason ("no_capacity", "quota", "timed_out").
+type NamespaceStats struct {
+	Namespace      string         `json:"namespace"`
+	Type           DeviceType     `json:"type"`
+	Weight         float64        `json:"weight"`
+	EntitlementPct float64        `json:"entitlement_pct"`
+	Held           int            `json:"held"`
+	SharePct       float64        `json:"share_pct"`
+	RecentSharePct float64        `json:"recent_share_pct"`
+	MaxCount       *int           `json:"max_count,omitempty"`
+	Borrowing      int            `json:"borrowing,omitempty"`
+	Counts         OutcomeCounts  `json:"counts"`
+	QueueWait      DurationStats  `json:"queue_wait"`
+	Refusals       map[string]int `json:"refusals"`
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/cli"
@@ -168,7 +169,15 @@ Usage: dmsc stats [options]
       Only this device type.
 
   -pool=<pool>
-      Only this pool ("*": the per-type totals).`)
+      Only this pool ("*": the per-type totals).
+
+  -namespaces
+      Per namespace instead (every namespace the token may read, or
+      -namespace alone), for each type: weight and entitlement against
+      the share of the devices held now and of the recent usage (fair
+      share on), the quota's max count and what is borrowed past it,
+      queue wait p50/p95, and refusals by reason (no capacity, quota,
+      timed out).`)
 }
 
 func (c *statsCommand) Run(args []string) int {
@@ -177,11 +186,19 @@ func (c *statsCommand) Run(args []string) int {
 	var f client.StatsFilter
 	fs.StringVar(&typ, "type", "", "")
 	fs.StringVar(&f.Pool, "pool", "", "")
+	var byNamespace bool
+	fs.BoolVar(&byNamespace, "namespaces", false, "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
 	if typ != "" {
 		f.Type = deviceType(typ)
+	}
+	if byNamespace {
+		if f.Pool != "" {
+			return c.usageError("stats", "-namespaces counts every pool together: no -pool")
+		}
+		return c.namespaceStats(f.Type)
 	}
 	return c.run(func(ctx context.Context, cl *client.Client) error {
 		stats, _, err := cl.Stats(ctx, &f, nil)
@@ -226,6 +243,41 @@ func (c *statsCommand) Run(args []string) int {
 		}
 		c.output(table([]string{"TYPE", "POOL", "POLICY", "IN USE", "UTIL", "FRAG", "REQUESTS", "ACTIVE", "PENDING",
 			"REFUSED", "SUCCESS", "WAIT P95", "DURATION P50"}, rows))
+		return nil
+	})
+}
+
+// namespaceStats prints `dmsc stats -namespaces`.
+func (c *statsCommand) namespaceStats(typ client.DeviceType) int {
+	return c.run(func(ctx context.Context, cl *client.Client) error {
+		stats, _, err := cl.NamespaceStats(ctx, typ, orDefault(c.namespace, "*"), nil)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			c.printJSON(stats)
+			return nil
+		}
+		if len(stats) == 0 {
+			c.ui.Output("No namespaces with requests or quotas yet")
+			return nil
+		}
+		rows := make([][]string, 0, len(stats))
+		for _, n := range stats {
+			quota := "-"
+			if n.MaxCount != nil {
+				quota = fmt.Sprint(*n.MaxCount)
+				if n.Borrowing > 0 {
+					quota += fmt.Sprintf(" (+%d borrowed)", n.Borrowing)
+				}
+			}
+			rows = append(rows, []string{n.Namespace, string(n.Type), strconv.FormatFloat(n.Weight, 'g', -1, 64),
+				fmt.Sprintf("%.1f%%", n.EntitlementPct), fmt.Sprint(n.Held), fmt.Sprintf("%.1f%%", n.SharePct), fmt.Sprintf("%.1f%%", n.RecentSharePct),
+				quota, fmt.Sprint(n.Counts.Total), formatSeconds(n.QueueWait.P50), formatSeconds(n.QueueWait.P95),
+				fmt.Sprint(n.Refusals["no_capacity"]), fmt.Sprint(n.Refusals["quota"]), fmt.Sprint(n.Refusals["timed_out"])})
+		}
+		c.output(table([]string{"NAMESPACE", "TYPE", "WEIGHT", "ENTITLED", "HELD", "SHARE", "RECENT", "QUOTA", "REQUESTS",
+			"WAIT P50", "WAIT P95", "NO CAPACITY", "OVER QUOTA", "TIMED OUT"}, rows))
 		return nil
 	})
 }

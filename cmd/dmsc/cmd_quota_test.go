@@ -44,6 +44,8 @@ func TestCLIQueueConfigAndBorrow(t *testing.T) {
 		{args: []string{"quota", "apply", "-namespace", "team-a", "-type", "CPU", "-max-count", "2"}, out: []string{"CPU", "0 of 2", "yes, grace 1m0s"}},
 		{args: []string{"alloc", "-namespace", "team-a", "-type", "GPU"}, out: []string{"active"}},
 		{args: []string{"queue", "config"}, out: []string{"NAMESPACE", "team-a", "GPU", "3", "1"}},
+		{args: []string{"stats", "-namespaces"}, out: []string{"ENTITLED", "team-a", "GPU", "100.0%", "OVER QUOTA"}},
+		{args: []string{"stats", "-namespaces", "-pool", "p"}, code: exitUsage},
 		{args: []string{"quota", "apply", "-namespace", "team-a", "-weight", "0"}, code: exitUsage},
 		{args: []string{"quota", "apply", "-namespace", "team-a"}, code: exitUsage},
 		{args: []string{"queue", "config", "-half-life", "-1h"}, code: exitUsage},
