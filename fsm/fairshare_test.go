@@ -136,17 +136,7 @@ func TestFairShareOrder(t *testing.T) {
 // arrival order alone would give each half.
 func TestFairShareShares(t *testing.T) {
 	for _, fair := range []bool{false, true} {
-		h := newHarness(t)
-		var devs []DeviceSpec
-		for i := range 8 {
-			devs = append(devs, gpu("g"+string(rune('a'+i)), 80))
-		}
-		h.must(host("h1", devs...))
-		h.must(&SetQuota{Quota: Quota{Namespace: "small", Weight: 1}})
-		h.must(&SetQuota{Quota: Quota{Namespace: "big", Weight: 3}})
-		if fair {
-			h.must(&SetQueueConfig{FairShare: true, HalfLife: 10 * time.Minute})
-		}
+		h := twoTeams(t, "small", "big", fair, 10*time.Minute)
 		var running []fairJob
 		var clock time.Duration
 		held := map[string]time.Duration{} // GPU-time per namespace
@@ -210,17 +200,7 @@ func containsJob(list []fairJob, id string) bool {
 // releases goes to b with fair share on, to a without.
 func TestFairShareWorkedExample(t *testing.T) {
 	for _, fair := range []bool{false, true} {
-		h := newHarness(t)
-		var devs []DeviceSpec
-		for i := range 8 {
-			devs = append(devs, gpu("g"+string(rune('a'+i)), 80))
-		}
-		h.must(host("h1", devs...))
-		h.must(&SetQuota{Quota: Quota{Namespace: "a", Weight: 1}})
-		h.must(&SetQuota{Quota: Quota{Namespace: "b", Weight: 3}})
-		if fair {
-			h.must(&SetQueueConfig{FairShare: true, HalfLife: time.Hour})
-		}
+		h := twoTeams(t, "a", "b", fair, time.Hour)
 		var aIDs []string
 		for range 6 {
 			aIDs = append(aIDs, h.must(inNamespace(&Allocate{Request: gpus(1, "")}, "a")).Allocation.ID)
@@ -254,4 +234,21 @@ func TestFairShareWorkedExample(t *testing.T) {
 			t.Fatalf("fair share %v: %s is %s, want still pending", fair, kept, a.Status)
 		}
 	}
+}
+
+// twoTeams is a host of 8 GPUs and two namespaces of weights 1 and 3,
+// with fair share on (at half-life hl) when fair.
+func twoTeams(t *testing.T, light, heavy string, fair bool, hl time.Duration) *harness {
+	h := newHarness(t)
+	var devs []DeviceSpec
+	for i := range 8 {
+		devs = append(devs, gpu("g"+string(rune('a'+i)), 80))
+	}
+	h.must(host("h1", devs...))
+	h.must(&SetQuota{Quota: Quota{Namespace: light, Weight: 1}})
+	h.must(&SetQuota{Quota: Quota{Namespace: heavy, Weight: 3}})
+	if fair {
+		h.must(&SetQueueConfig{FairShare: true, HalfLife: hl})
+	}
+	return h
 }

@@ -156,7 +156,9 @@ Usage: dmsc replay [options]
   -plot=<file,...>
       fgd protocol: draw allocated % against arrived %, one line per
       policy (mean over seeds) and the paper's FGD and BestFit points,
-      into each file (.png or .svg).
+      into each file (.png or .svg). With -tenants: one file (per
+      policy, when several), the queue wait p95 of each virtual cluster
+      by FIFO and by fair share side by side.
 
   -replot=<file>
       Draw -plot from the saved -json output of an fgd run instead of
@@ -267,8 +269,8 @@ func (c *replayCommand) Run(args []string) int {
 		return c.usageError("replay", "-hosts %d: want at least 1", hosts)
 	case timeout < 0 || timeout > fsm.MaxDuration:
 		return c.usageError("replay", "-timeout %v out of 0..%v", timeout, fsm.MaxDuration)
-	case plotFlag != "" && protocol != "fgd":
-		return c.usageError("replay", "-plot draws the fgd protocol's curves only")
+	case plotFlag != "" && protocol != "fgd" && !tenants:
+		return c.usageError("replay", "-plot draws the fgd protocol's curves, or -tenants' waits")
 	case tenants && (traceName != "philly" || local > 0 || address):
 		return c.usageError("replay", "-tenants replays -trace philly in process (no -local or -address)")
 	case halfLife <= 0 || halfLife > fsm.MaxDuration:
@@ -309,7 +311,7 @@ func (c *replayCommand) Run(args []string) int {
 		}
 		if tenants {
 			opts.Tenants, opts.Weights, opts.HalfLife = true, replay.TenantWeights(tasks), halfLife
-			return c.tenantTimeline(ctx, progress, runner, replay.PhillyHosts(hosts), tasks, policies, opts)
+			return c.tenantTimeline(ctx, progress, runner, replay.PhillyHosts(hosts), tasks, policies, opts, plotFlag)
 		}
 		if err := c.announce(ctx, &runner, address, progress); err != nil {
 			return c.fail(err)
@@ -619,7 +621,7 @@ func parseSeeds(s string) ([]int64, error) {
 // the queue served by arrival and then by fair share, and prints them
 // side by side.
 func (c *replayCommand) tenantTimeline(ctx context.Context, progress io.Writer, runner replay.Runner, nodes []trace.Node, tasks []replay.TimelineTask,
-	policies []fsm.Policy, opts replay.TimelineOptions) int {
+	policies []fsm.Policy, opts replay.TimelineOptions, plotPath string) int {
 	var byOrder [2][]*replay.TimelineResult
 	for i, fair := range []bool{false, true} {
 		o := opts
@@ -681,6 +683,17 @@ func (c *replayCommand) tenantTimeline(ctx context.Context, progress io.Writer, 
 			"NOT PLACED FIFO", "NOT PLACED FAIR"}, rows))
 		c.output(fmt.Sprintf("\n%s: worst p95 ratio (fair share / FIFO) %.2f; mean GPU %.2f%% FIFO, %.2f%% fair share (%+.2f points)\n",
 			fifo.Policy, worst, fifo.MeanGPU, fair.MeanGPU, fair.MeanGPU-fifo.MeanGPU))
+		if plotPath != "" {
+			path := plotPath
+			if len(policies) > 1 {
+				path = strings.TrimSuffix(plotPath, filepath.Ext(plotPath)) + "-" + string(fifo.Policy) + filepath.Ext(plotPath)
+			}
+			title := fmt.Sprintf("Philly, %d hosts, %s: queue wait p95 per virtual cluster", len(nodes), fifo.Policy)
+			if err := replay.PlotTenants(title, fifo, fair, path); err != nil {
+				return c.fail(err)
+			}
+			c.output("Plot: " + path)
+		}
 	}
 	return 0
 }

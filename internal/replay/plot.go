@@ -91,3 +91,51 @@ func PlotCurves(title string, lines []CurveLine, refs []RefPoint, path string) e
 	}
 	return nil
 }
+
+// PlotTenants draws, per namespace of a replay with tenants, its queue
+// wait p95 by arrival (FIFO) and by fair share side by side, in minutes,
+// with its share of the GPU time against its entitlement in the labels;
+// saved to path (.png or .svg).
+func PlotTenants(title string, fifo, fair *TimelineResult, path string) error {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".png" && ext != ".svg" {
+		return fmt.Errorf("plot %s: want a .png or .svg file", path)
+	}
+	if len(fifo.Tenants) != len(fair.Tenants) {
+		return fmt.Errorf("plot %s: %d namespaces by FIFO, %d by fair share", path, len(fifo.Tenants), len(fair.Tenants))
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = "queue wait p95 (minutes)"
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	var names []string
+	var a, b plotter.Values
+	for i, t := range fifo.Tenants {
+		if t.Placed == 0 && fair.Tenants[i].Placed == 0 {
+			continue
+		}
+		names = append(names, fmt.Sprintf("%s\n%.0f%%/%.0f%%", strings.TrimPrefix(t.Namespace, "vc-"), t.Entitlement, fair.Tenants[i].Share))
+		a = append(a, t.WaitP95.Minutes())
+		b = append(b, fair.Tenants[i].WaitP95.Minutes())
+	}
+	w := vg.Points(9)
+	for i, v := range []plotter.Values{a, b} {
+		bars, err := plotter.NewBarChart(v, w)
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		bars.Color = palette[i]
+		bars.LineStyle.Width = 0
+		bars.Offset = vg.Length(2*i-1) * w / 2
+		p.Add(bars)
+		p.Legend.Add([]string{"FIFO", "fair share"}[i], bars)
+	}
+	p.NominalX(names...)
+	p.X.Label.Text = "virtual cluster (entitled % / share % of GPU time with fair share)"
+	if err := p.Save(9*vg.Inch, 4.5*vg.Inch, path); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -307,14 +309,7 @@ func (p *inProcessTimeline) tenants(weights map[string]float64, fair bool, halfL
 	return nil
 }
 
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedNames[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func (p *inProcessTimeline) nextDeadline(map[string]waiting) (int64, bool) {
 	d, ok := p.r.State.NextDeadline()
