@@ -268,7 +268,7 @@ func recommendationToWire(r fsm.Recommendation) wire.Recommendation {
 	return wire.Recommendation{
 		Kind: wire.RecommendationKind(r.Kind), Type: wire.DeviceType(r.Type), Pool: r.Pool, Message: r.Message,
 		Evidence: r.Evidence, Priority: wire.RecommendationPriority(r.Priority), Confidence: r.Confidence,
-		Policy: wire.Policy(r.Policy), Devices: r.Devices,
+		Policy: wire.Policy(r.Policy), Devices: r.Devices, Namespace: r.Namespace,
 	}
 }
 

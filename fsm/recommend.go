@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ const (
 	KindShortRunning RecommendationKind = "short_running"
 	// KindKeepPolicy: nothing calls for a change of policy or capacity.
 	KindKeepPolicy RecommendationKind = "keep_policy"
+	// KindRaiseQuota: a namespace's requests are refused for its quota
+	// while devices of the type sit idle; raise its max count or let it
+	// borrow (Recommendation.Namespace).
+	KindRaiseQuota RecommendationKind = "raise_quota"
 )
 
 // RecommendationPriority says how soon a recommendation deserves action.
@@ -99,6 +104,10 @@ const (
 	// RecommendShortShare is the share of short allocations (among ended
 	// ones) above which a warm pool is advised.
 	RecommendShortShare = 0.5
+	// RecommendQuotaIdle is the utilisation of a type below which a
+	// namespace refused for its quota (at RecommendRefusalRateHigh of its
+	// decided requests or more) is advised a higher quota.
+	RecommendQuotaIdle = 0.7
 )
 
 // Recommendation is one piece of advice with the numbers behind it.
@@ -119,6 +128,60 @@ type Recommendation struct {
 	Policy Policy `json:"policy,omitempty"`
 	// Devices are the devices a drain_unhealthy recommendation names.
 	Devices []string `json:"devices,omitempty"`
+	// Namespace is the namespace a raise_quota recommendation is for.
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// quotaFigures are what the quota advice of one namespace and type reads.
+type quotaFigures struct {
+	ns       string
+	maxCount int
+	borrow   bool
+	held     int
+	counts   OutcomeCounts
+}
+
+// quotaLimitsOn lists, by namespace, the namespaces among ns (all when
+// empty) whose quota bounds the count of type t in every pool, with
+// what they hold; counts is left to the caller.
+func (s *State) quotaLimitsOn(t DeviceType, ns []string) []quotaFigures {
+	var out []quotaFigures
+	for _, n := range sortedKeys(s.quotas) {
+		if len(ns) > 0 && !slices.Contains(ns, n) {
+			continue
+		}
+		q := s.quotas[n]
+		for _, l := range q.Limits {
+			if l.DeviceType == t && l.Pool == "" && l.MaxCount != nil {
+				out = append(out, quotaFigures{ns: n, maxCount: *l.MaxCount, borrow: q.Borrow, held: s.heldUnder(n, l).count})
+			}
+		}
+	}
+	return out
+}
+
+// recommendQuota advises a higher quota for a namespace whose requests of
+// type t are refused for it while the type's devices are mostly idle.
+func recommendQuota(t DeviceType, util float64, f quotaFigures) []Recommendation {
+	decided := f.counts.Decided()
+	if decided < RecommendMinSamples || util >= RecommendQuotaIdle {
+		return nil
+	}
+	rate := float64(f.counts.OverQuota) / float64(decided)
+	if rate < RecommendRefusalRateHigh {
+		return nil
+	}
+	how := "raise its max count or let it borrow idle capacity"
+	if f.borrow {
+		how = "raise its max count"
+	}
+	return []Recommendation{{
+		Kind: KindRaiseQuota, Type: t, Namespace: f.ns, Priority: PriorityMedium, Confidence: confidence(decided),
+		Message: fmt.Sprintf("%.0f%% of namespace %s's %s requests were refused for its quota (%d devices) while %s devices are %.0f%% used; %s",
+			100*rate, f.ns, t, f.maxCount, t, 100*util, how),
+		Evidence: map[string]float64{"over_quota": float64(f.counts.OverQuota), "decided": float64(decided), "refusal_rate": rate,
+			"utilisation": util, "held": float64(f.held), "max_count": float64(f.maxCount)},
+	}}
 }
 
 // confidence grows with the sample count: 0 at none, 0.5 at
@@ -214,6 +277,20 @@ func (s *State) Recommend(t DeviceType, ns ...string) []Recommendation {
 			out = append(out, s.recommendScope(&sc, &f)...)
 		}
 		out = append(out, recommendDrain(typ, s.drainPools(typ))...)
+		if qs := s.quotaLimitsOn(typ, ns); len(qs) > 0 {
+			figs := s.agg.dev.poolFigures(typ, onePool(AllPools))
+			util := gridMean(figs.used, figs.sched)
+			for _, q := range qs {
+				var set aggSet
+				for _, byNS := range s.agg.buckets[typ] { // order-free: counts
+					if b := byNS[q.ns]; b != nil {
+						set = append(set, b)
+					}
+				}
+				q.counts = set.counts()
+				out = append(out, recommendQuota(typ, util, q)...)
+			}
+		}
 	}
 	sortRecommendations(out)
 	return out
@@ -316,6 +393,9 @@ func sortRecommendations(out []Recommendation) {
 		}
 		if a.Pool != b.Pool {
 			return a.Pool < b.Pool
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
 		}
 		if a.Type != b.Type {
 			return typeRank(a.Type) < typeRank(b.Type)

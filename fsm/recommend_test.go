@@ -449,3 +449,47 @@ func TestConfidence(t *testing.T) {
 		}
 	}
 }
+
+// TestRecommendRaiseQuota: a namespace refused for its quota again and
+// again while most GPUs are idle is advised a higher quota, with the
+// evidence; the same refusals on a busy cluster are not.
+func TestRecommendRaiseQuota(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		h := newHarness(t)
+		var devs []DeviceSpec
+		for i := range 8 {
+			devs = append(devs, gpu(fmt.Sprintf("g%d", i), 80))
+		}
+		h.must(host("h1", devs...))
+		one := 1
+		h.must(&SetQuota{Quota: Quota{Namespace: "team-a", Limits: []QuotaLimit{{DeviceType: GPU, MaxCount: &one}}}})
+		if busy {
+			h.must(&Allocate{Request: gpus(6, "")})
+		}
+		h.must(inNamespace(&Allocate{Request: gpus(1, "")}, "team-a"))
+		for range 12 {
+			if r := h.apply(inNamespace(&Allocate{Request: gpus(1, "")}, "team-a")); r.Err == nil {
+				t.Fatal("placed past the quota")
+			}
+		}
+		var got []Recommendation
+		for _, r := range h.s.Recommend(GPU) {
+			if r.Kind == KindRaiseQuota {
+				got = append(got, r)
+			}
+		}
+		if busy {
+			if len(got) != 0 {
+				t.Fatalf("busy cluster: %+v", got)
+			}
+			continue
+		}
+		if len(got) != 1 || got[0].Namespace != "team-a" || got[0].Evidence["over_quota"] != 12 || got[0].Evidence["decided"] != 13 ||
+			got[0].Evidence["max_count"] != 1 || got[0].Evidence["utilisation"] >= RecommendQuotaIdle {
+			t.Fatalf("raise_quota advice %+v", got)
+		}
+		if ref := h.s.recommendFromScratch(GPU); fmt.Sprint(ref) != fmt.Sprint(h.s.Recommend(GPU)) {
+			t.Fatalf("reference %+v\nwant %+v", ref, h.s.Recommend(GPU))
+		}
+	}
+}

@@ -144,6 +144,17 @@ func (s *State) recommendFromScratch(t DeviceType, ns ...string) []Recommendatio
 			out = append(out, s.recommendScope(&sc, &f)...)
 		}
 		out = append(out, recommendDrain(typ, s.drainPoolsFromScratch(typ, lost))...)
+		if qs := s.quotaLimitsOn(typ, ns); len(qs) > 0 {
+			util := s.statsEntryFromScratch(typ, AllPools, outcomeSummary{}).Utilisation
+			for _, q := range qs {
+				for _, list := range s.allocBuckets(typ, []string{q.ns})[typ] {
+					for _, a := range list {
+						q.counts.add(a)
+					}
+				}
+				out = append(out, recommendQuota(typ, util, q)...)
+			}
+		}
 	}
 	sortRecommendations(out)
 	return out

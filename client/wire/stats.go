@@ -105,6 +105,9 @@ const (
 	KindShortRunning RecommendationKind = "short_running"
 	// KindKeepPolicy: nothing calls for a change of policy or capacity.
 	KindKeepPolicy RecommendationKind = "keep_policy"
+	// KindRaiseQuota: a namespace's requests are refused for its quota
+	// while devices of the type sit idle (Recommendation.Namespace).
+	KindRaiseQuota RecommendationKind = "raise_quota"
 )
 
 // RecommendationPriority says how soon a recommendation deserves action.
@@ -133,6 +136,8 @@ type Recommendation struct {
 	Confidence float64 `json:"confidence"`
 	// Policy is the suggested policy of a switch_policy recommendation.
 	Policy Policy `json:"policy,omitempty"`
+	// Namespace is the namespace a raise_quota recommendation is for.
+	Namespace string `json:"namespace,omitempty"`
 	// Devices are the devices a drain_unhealthy recommendation names.
 	Devices []string `json:"devices,omitempty"`
 }

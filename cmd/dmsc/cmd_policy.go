@@ -336,6 +336,9 @@ func formatRecommendations(recs []client.Recommendation) string {
 		if r.Pool != "" {
 			scope += " pool " + r.Pool
 		}
+		if r.Namespace != "" {
+			scope += " namespace " + r.Namespace
+		}
 		fmt.Fprintf(&b, "[%s] %s: %s (confidence %.2f)\n", r.Priority, scope, r.Kind, r.Confidence)
 		fmt.Fprintf(&b, "  %s\n", r.Message)
 		if r.Policy != "" {
