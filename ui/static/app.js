@@ -68,6 +68,10 @@ function esc(v) {
 
 function badge(s) { return `<span class="badge ${esc(s)}">${esc(String(s).replace('_', ' '))}</span>`; }
 
+// allocBadge is an allocation's status, with "preempting" while its
+// borrowed devices are reclaimed.
+function allocBadge(a) { return a.preempting ? badge(a.status) + ' ' + badge('preempting') : badge(a.status); }
+
 function when(t) {
   if (!t) return '–';
   const d = new Date(t);
@@ -346,7 +350,7 @@ views.allocations = {
         esc(a.reason || (a.why_not && a.why_not.summary) || '')]), 'The history is empty.');
     }
     return table(['ID', 'Status', 'Namespace', 'Claims', 'Host', 'Devices', 'Policy', 'Allocated', 'Lease'], list.map((a) => [
-      id(a), badge(a.status), esc(a.namespace), claims(a.request), esc(a.host || '–'),
+      id(a), allocBadge(a), esc(a.namespace), claims(a.request), esc(a.host || '–'),
       (a.devices || []).map((d) => `<code>${esc(d.device_id)}</code>`).join(' '), esc(a.policy), esc(when(a.allocated_at)),
       a.lease_expires_at ? esc(ago(a.lease_expires_at)) : 'none']), 'No allocation is active.');
   },
@@ -369,11 +373,12 @@ views.allocation = {
       : a.status === 'pending' ? `<button type="button" class="danger" data-action="cancel" data-id="${esc(a.id)}">Cancel</button>` : '';
     const req = a.request || {};
     let html = kv([
-      ['ID', `<code>${esc(a.id)}</code>`], ['Status', badge(a.status)], ['Namespace', esc(a.namespace)], ['Request ID', esc(a.request_id || '–')],
+      ['ID', `<code>${esc(a.id)}</code>`], ['Status', allocBadge(a)], ['Namespace', esc(a.namespace)], ['Request ID', esc(a.request_id || '–')],
       ['Policy', esc(a.policy)], ['Priority', esc(req.priority || 0)], ['Host', esc(a.host || '–')],
       ['Requested', esc(when(a.requested_at))], ['Allocated', esc(when(a.allocated_at))], ['Ended', esc(when(a.ended_at))],
       ['Deadline', a.deadline ? `${esc(when(a.deadline))} (${esc(ago(a.deadline))})` : '–'],
       ['Lease expires', a.lease_expires_at ? `${esc(when(a.lease_expires_at))} (${esc(ago(a.lease_expires_at))})` : '–'],
+      ['Reclaimed', a.preempting ? `by <code>${esc(a.preempting.by)}</code>, preempted at ${esc(when(a.preempting.deadline))} (${esc(ago(a.preempting.deadline))})` : '–'],
       ['Reason', esc(a.reason || '–')], ['Preempted by', esc(a.preempted_by || '–')], ['Preempted', esc((a.preempted || []).join(', ') || '–')],
     ]);
     if (actions) html += `<p>${actions}</p>`;
