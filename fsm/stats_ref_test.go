@@ -145,13 +145,19 @@ func (s *State) recommendFromScratch(t DeviceType, ns ...string) []Recommendatio
 		}
 		out = append(out, recommendDrain(typ, s.drainPoolsFromScratch(typ, lost))...)
 		if qs := s.quotaLimitsOn(typ, ns); len(qs) > 0 {
-			util := s.statsEntryFromScratch(typ, AllPools, outcomeSummary{}).Utilisation
-			for _, q := range qs {
-				for _, list := range s.allocBuckets(typ, []string{q.ns})[typ] {
-					for _, a := range list {
-						q.counts.add(a)
+			util := s.utilisation(typ, onePool(AllPools))
+			counts := map[string]*OutcomeCounts{}
+			for i := range qs {
+				counts[qs[i].ns] = &qs[i].counts
+			}
+			for _, list := range buckets[typ] {
+				for _, a := range list {
+					if c := counts[a.Namespace]; c != nil {
+						c.add(a)
 					}
 				}
+			}
+			for _, q := range qs {
 				out = append(out, recommendQuota(typ, util, q)...)
 			}
 		}
