@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"math/rand"
 	"testing"
 	"time"
 )
@@ -78,5 +79,90 @@ func TestPreemptWaiting(t *testing.T) {
 			t.Fatalf("on: low %s by %q; want preempted by %s", lowNow.Status, lowNow.PreemptedBy, high.ID)
 		}
 		assertRoundTrip(t, h.s)
+	}
+}
+
+// TestPreemptWaitingRandom: with preemption for waiting requests on, GPU
+// requests of random priorities, sizes and timeouts come and go on two
+// 4-GPU hosts under PriorityBased. After every release (which examines
+// the queue), no waiting request could run by preempting: on no host do
+// its free GPUs and those of allocations at least the gap below it add
+// up to what it asks. Every victim is at least the gap below its
+// preemptor.
+func TestPreemptWaitingRandom(t *testing.T) {
+	served := 0
+	for seed := int64(1); seed <= 5; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		h := newHarness(t)
+		for _, id := range []string{"h1", "h2"} {
+			h.must(host(id, gpu(id+"a", 80), gpu(id+"b", 80), gpu(id+"c", 80), gpu(id+"d", 80)))
+		}
+		h.must(&SetPolicy{DeviceType: GPU, Config: PolicyConfig{Policy: PriorityBased}})
+		h.must(&SetQueueConfig{PreemptWaiting: true})
+		for step := range 800 {
+			switch r := rng.Intn(10); {
+			case r < 5:
+				req := Request{Priority: 10 * rng.Intn(6), Claims: []Claim{{Type: GPU, Count: 1 + rng.Intn(4)}}}
+				if rng.Intn(3) > 0 {
+					req.Timeout = time.Duration(1+rng.Intn(60)) * time.Second
+				}
+				h.apply(&Allocate{Request: req})
+			case r < 8:
+				var active []*Allocation
+				for _, a := range h.s.Live() {
+					if a.Status == Active {
+						active = append(active, a)
+					}
+				}
+				if len(active) == 0 {
+					continue
+				}
+				before := map[string]bool{}
+				for _, a := range h.s.Queue() {
+					before[a.ID] = true
+				}
+				h.must(&Release{AllocationID: active[rng.Intn(len(active))].ID})
+				for id := range before {
+					if a, _ := h.s.Allocation(id); a.Status == Active && len(a.Preempted) > 0 {
+						served++
+						for _, v := range a.Preempted {
+							if x, _ := h.s.Allocation(v); x.Request.Priority > a.Request.Priority-DefaultPreemptionGap {
+								t.Fatalf("seed %d step %d: %s (priority %d) preempted %s (priority %d)", seed, step, id, a.Request.Priority, v, x.Request.Priority)
+							}
+						}
+					}
+				}
+				for _, a := range h.s.Queue() {
+					if a.Deadline <= h.now {
+						continue
+					}
+					for _, hid := range []string{"h1", "h2"} {
+						hs, _ := h.s.Host(hid)
+						room := 0
+						for _, did := range hs.Devices {
+							d, _ := h.s.Device(did)
+							if len(d.Allocations) == 0 {
+								room++
+								continue
+							}
+							if o, _ := h.s.Allocation(d.Allocations[0]); o.Request.Priority <= a.Request.Priority-DefaultPreemptionGap {
+								room++
+							}
+						}
+						if room >= a.Request.Claims[0].Count {
+							t.Fatalf("seed %d step %d: %s (priority %d, %d GPUs) waits, but host %s has room for it by preemption", seed, step, a.ID, a.Request.Priority, a.Request.Claims[0].Count, hid)
+						}
+					}
+				}
+			default:
+				h.advance(time.Duration(rng.Intn(5000)) * time.Millisecond)
+			}
+			if err := h.s.CheckInvariants(); err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+		}
+	}
+	if served == 0 {
+		t.Fatal("no waiting request was ever served by preemption: the log does not exercise it")
 	}
 }

@@ -52,8 +52,8 @@ type Quota struct {
 	Limits    []QuotaLimit `json:"limits"`
 	// Weight is the namespace's fair-share weight (fairshare.go); 0 is 1.
 	Weight float64 `json:"weight,omitempty"`
-	// Borrow lets the namespace hold more than its MaxCount limits on
-	// capacity no one else uses; a namespace within its quota reclaims it,
+	// Borrow lets the namespace hold more than its MaxCount limits (its
+	// amount limits still bind) on capacity no one else uses; a namespace within its quota reclaims it,
 	// after ReclaimGrace (0: DefaultReclaimGrace) (reclaim.go).
 	Borrow       bool          `json:"borrow,omitempty"`
 	ReclaimGrace time.Duration `json:"reclaim_grace,omitempty"`
@@ -264,20 +264,28 @@ func (s *State) heldUnder(ns string, l QuotaLimit) held {
 // pools when they name one, the amounts of shares); with p, by what p
 // takes. "" when none.
 func (s *State) quotaExceeded(ns string, r *Request, p *placement) string {
-	if q := s.quotas[ns]; q != nil && q.Borrow {
-		return "" // past a limit is borrowing (reclaim.go)
-	}
-	return s.overQuota(ns, r, p)
+	q := s.quotas[ns]
+	return s.passes(ns, r, p, q != nil && q.Borrow)
 }
 
 // overQuota is quotaExceeded without borrowing: which limit of ns's quota
-// r would pass.
+// r would pass, max counts included.
 func (s *State) overQuota(ns string, r *Request, p *placement) string {
+	return s.passes(ns, r, p, false)
+}
+
+// passes says which limit of ns's quota r would pass, leaving the max
+// counts out when the namespace borrows (past them is borrowing,
+// reclaim.go; the amounts still bind).
+func (s *State) passes(ns string, r *Request, p *placement, borrowing bool) string {
 	q := s.quotas[ns]
 	if q == nil {
 		return ""
 	}
 	for _, l := range q.Limits {
+		if borrowing {
+			l.MaxCount = nil
+		}
 		var more held
 		if p == nil {
 			for i, c := range r.Claims {

@@ -441,15 +441,16 @@ func (v *publicView) fitHost(r *fsm.Request) string {
 
 // checkQuotas: every allocation this command placed (new, or served from
 // the queue) left its namespace within each limit of its quota that its
-// devices fall under, counted from the public view.
+// devices fall under, counted from the public view; a namespace that
+// borrows may be past a max count, not past an amount.
 func (v *publicView) checkQuotas(prev *publicView, s *fsm.State) error {
 	for _, a := range v.live {
 		if was, ok := prev.liveByID[a.ID]; a.Status != fsm.Active || (ok && was.Status == fsm.Active) {
 			continue
 		}
 		q, ok := s.QuotaOf(a.Namespace)
-		if !ok || q.Borrow {
-			continue // no quota, or past it by borrowing (checkReclaims)
+		if !ok {
+			continue
 		}
 		for _, l := range q.Limits {
 			under := func(id string) bool {
@@ -477,7 +478,8 @@ func (v *publicView) checkQuotas(prev *publicView, s *fsm.State) error {
 					}
 				}
 			}
-			if l.MaxCount != nil && count > *l.MaxCount {
+			// Past a count by borrowing is checked by checkReclaims.
+			if l.MaxCount != nil && count > *l.MaxCount && !q.Borrow {
 				return fmt.Errorf("%s placed %s: %s holds %d %s devices (pool %q), quota %d", a.Namespace, a.ID, a.Namespace, count, l.DeviceType, l.Pool, *l.MaxCount)
 			}
 			for k, m := range resVec(l.MaxAmount) {

@@ -268,7 +268,7 @@ func TestRandomLog(t *testing.T) {
 		"error not_active", "error conflict", "error no_capacity", "outcome active", "outcome queued",
 		"outcome failed", "outcome preempting", "served from queue", "ended released", "ended lost",
 		"ended expired", "ended timed_out", "ended preempted", "ended cancelled", "ended drained", "drain host true", "drain host false",
-		"set quota", "delete quota", "outcome over quota", "error quota_exceeded", "fair share on", "fair share off", "served from queue by preemption", "reclaim began"} {
+		"set quota", "delete quota", "outcome over quota", "error quota_exceeded", "fair share on", "fair share off", "reclaim began"} {
 		if stats[k] == 0 {
 			t.Errorf("seed %d: the log never reached %q", seed, k)
 		}

@@ -2,7 +2,9 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 )
@@ -215,5 +217,20 @@ func TestReclaimRandom(t *testing.T) {
 		if reclaims == 0 || reclaimed == 0 {
 			t.Fatalf("seed %d: %d steps in a grace, %d reclaimed: the log did not exercise reclaim", seed, reclaims, reclaimed)
 		}
+	}
+}
+
+// TestBorrowKeepsAmounts: borrowing passes a max count, not an amount.
+func TestBorrowKeepsAmounts(t *testing.T) {
+	h := newHarness(t)
+	h.must(host("h1", gpu("g1", 80), gpu("g2", 80), gpu("g3", 80)))
+	one := 1
+	h.must(&SetQuota{Quota: Quota{Namespace: "team-b", Borrow: true,
+		Limits: []QuotaLimit{{DeviceType: GPU, MaxCount: &one, MaxAmount: Resources{MemoryGB: 160}}}}})
+	h.must(inNamespace(&Allocate{Request: gpus(1, "")}, "team-b"))
+	h.must(inNamespace(&Allocate{Request: gpus(1, "")}, "team-b")) // past the count: borrowed
+	r := h.apply(inNamespace(&Allocate{Request: gpus(1, "")}, "team-b"))
+	if !errors.Is(r.Err, ErrQuotaExceeded) || r.Allocation.WhyNot == nil || !strings.Contains(r.Allocation.WhyNot.Quota, "memory_gb 160 of 160") {
+		t.Fatalf("a third 80 GB GPU past 160 GB: %v, why-not %+v; want quota_exceeded on the memory", r.Err, r.Allocation.WhyNot)
 	}
 }
