@@ -411,7 +411,9 @@ func TestUIPages(t *testing.T) {
 	if err := b.waitJS(`document.querySelector('select[data-policy="type:GPU"]')`, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	b.run(chromedp.SetValue(chromedp.CSS(`select[data-policy="type:GPU"]`), "WorstFit"), chromedp.Click(chromedp.CSS(`[data-action="save-policy"][data-id="type:GPU"]`)))
+	// Chosen and saved in one script: the page may re-render between two
+	// protocol commands, and a node found by one is gone for the next.
+	b.js(`document.querySelector('select[data-policy="type:GPU"]').value = 'WorstFit', document.querySelector('[data-action="save-policy"][data-id="type:GPU"]').click()`)
 	eventually(t, "GPU policy WorstFit after Save in the UI", func() (bool, any) {
 		var pol wire.Policies
 		c.call("GET", "/v1/policies", nil, http.StatusOK, &pol)

@@ -136,10 +136,10 @@ type Recommendation struct {
 	Confidence float64 `json:"confidence"`
 	// Policy is the suggested policy of a switch_policy recommendation.
 	Policy Policy `json:"policy,omitempty"`
-	// Namespace is the namespace a raise_quota recommendation is for.
-	Namespace string `json:"namespace,omitempty"`
 	// Devices are the devices a drain_unhealthy recommendation names.
 	Devices []string `json:"devices,omitempty"`
+	// Namespace is the namespace a raise_quota recommendation is for.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // NamespaceStats is one namespace's figures for one device type (GET
