@@ -395,7 +395,13 @@ func TestUIPages(t *testing.T) {
 	if err := b.waitJS(`document.querySelector('[data-device="h3-g0"]')`, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	b.run(chromedp.Click(chromedp.CSS(`[data-device="h3-g0"]`)), chromedp.Click(chromedp.CSS(`[data-action="drain-device"]`)))
+	// Each click in one script: the page may re-render between two
+	// protocol commands, and a node found by one is gone for the next.
+	b.js(`document.querySelector('[data-device="h3-g0"]').click()`)
+	if err := b.waitJS(`document.querySelector('[data-action="drain-device"]')`, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b.js(`document.querySelector('[data-action="drain-device"]').click()`)
 	eventually(t, "device h3-g0 draining after Drain in the UI", func() (bool, any) {
 		var d wire.Device
 		c.call("GET", "/v1/devices/h3-g0", nil, http.StatusOK, &d)
@@ -411,8 +417,7 @@ func TestUIPages(t *testing.T) {
 	if err := b.waitJS(`document.querySelector('select[data-policy="type:GPU"]')`, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// Chosen and saved in one script: the page may re-render between two
-	// protocol commands, and a node found by one is gone for the next.
+	// Chosen and saved in one script, as above.
 	b.js(`document.querySelector('select[data-policy="type:GPU"]').value = 'WorstFit', document.querySelector('[data-action="save-policy"][data-id="type:GPU"]').click()`)
 	eventually(t, "GPU policy WorstFit after Save in the UI", func() (bool, any) {
 		var pol wire.Policies
