@@ -31,11 +31,7 @@ func quotasOf(st *fsm.State, namespaces []string) []wire.Quota {
 			continue
 		}
 		use, _ := st.QuotaStatus(q.Namespace)
-		weight := q.Weight
-		if weight == 0 {
-			weight = 1 // a quota without a weight weighs 1 in fair share
-		}
-		out = append(out, wire.Quota{Namespace: q.Namespace, Limits: mapSlice(use, quotaUseToWire), Weight: weight,
+		out = append(out, wire.Quota{Namespace: q.Namespace, Limits: mapSlice(use, quotaUseToWire), Weight: q.FairWeight(),
 			Borrow: q.Borrow, ReclaimGrace: wire.Duration(q.ReclaimGrace), ModifyIndex: q.ModifyIndex})
 	}
 	return out

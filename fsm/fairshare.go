@@ -115,7 +115,15 @@ func (s *State) noteHeld(ns string, t DeviceType, held int) {
 
 // weightOf is a namespace's fair-share weight.
 func (s *State) weightOf(ns string) float64 {
-	if q := s.quotas[ns]; q != nil && q.Weight > 0 {
+	if q := s.quotas[ns]; q != nil {
+		return q.FairWeight()
+	}
+	return 1
+}
+
+// FairWeight is the quota's fair-share weight: Weight, or 1 when unset.
+func (q *Quota) FairWeight() float64 {
+	if q.Weight > 0 {
 		return q.Weight
 	}
 	return 1

@@ -280,14 +280,9 @@ func (s *State) Recommend(t DeviceType, ns ...string) []Recommendation {
 		if qs := s.quotaLimitsOn(typ, ns); len(qs) > 0 {
 			figs := s.agg.dev.poolFigures(typ, onePool(AllPools))
 			util := gridMean(figs.used, figs.sched)
+			sets := s.namespaceSets(typ)
 			for _, q := range qs {
-				var set aggSet
-				for _, byNS := range s.agg.buckets[typ] { // order-free: counts
-					if b := byNS[q.ns]; b != nil {
-						set = append(set, b)
-					}
-				}
-				q.counts = set.counts()
+				q.counts = sets[q.ns].counts()
 				out = append(out, recommendQuota(typ, util, q)...)
 			}
 		}

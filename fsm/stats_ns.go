@@ -57,12 +57,7 @@ func (s *State) NamespaceStats(t DeviceType, namespaces []string) []NamespaceSta
 		if t != "" && typ != t {
 			continue
 		}
-		byNS := map[string]aggSet{}
-		for _, pools := range s.agg.buckets[typ] { // order-free: sets summed
-			for ns, b := range pools {
-				byNS[ns] = append(byNS[ns], b)
-			}
-		}
+		byNS := s.namespaceSets(typ)
 		for ns, q := range s.quotas { // order-free: a set
 			for _, l := range q.Limits {
 				if _, ok := byNS[ns]; !ok && l.DeviceType == typ {
@@ -111,6 +106,18 @@ func (s *State) NamespaceStats(t DeviceType, namespaces []string) []NamespaceSta
 		}
 	}
 	return out
+}
+
+// namespaceSets gathers the buckets of type t by namespace, over every
+// pool.
+func (s *State) namespaceSets(t DeviceType) map[string]aggSet {
+	byNS := map[string]aggSet{}
+	for _, pools := range s.agg.buckets[t] { // order-free: sets summed
+		for ns, b := range pools {
+			byNS[ns] = append(byNS[ns], b)
+		}
+	}
+	return byNS
 }
 
 // pct is part of whole in percent, 0 when whole is 0.
