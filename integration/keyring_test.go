@@ -213,18 +213,23 @@ func (l *loader) end() []error {
 	return l.errs
 }
 
-// keyringList is the cluster's keyring as the SDK lists it.
-func keyringList(t *testing.T, ctx context.Context, p *Process) *client.KeyringResponse {
+// keyringLister lists the cluster's keyring through p's API with one SDK
+// client, so that polling reuses its connections (a client a call would
+// leave an idle connection each, up to the node's per-address limit).
+func keyringLister(t *testing.T, p *Process) func(ctx context.Context) *client.KeyringResponse {
 	t.Helper()
 	cl, err := client.New(client.Config{Addresses: []string{"http://" + p.HTTPAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := cl.KeyringList(ctx)
-	if err != nil {
-		t.Fatal(err)
+	return func(ctx context.Context) *client.KeyringResponse {
+		t.Helper()
+		res, err := cl.KeyringList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
 	}
-	return res
 }
 
 // TestKeyringRotationUnderLoad rotates the gossip key of a running
@@ -264,7 +269,7 @@ func TestKeyringRotationUnderLoad(t *testing.T) {
 		t.Fatalf("%d requests failed during the rotation (of %d rounds), first: %v", len(errs), load.rounds.Load(), errs[0])
 	}
 	t.Logf("%d allocate-release rounds during the rotation, none failed", load.rounds.Load())
-	res := keyringList(t, ctx, c.Servers[0])
+	res := keyringLister(t, c.Servers[0])(ctx)
 	if res.Members != 4 || len(res.Keys) != 1 || res.Keys[0] != (client.KeyringKey{Key: next, Installed: 4, Primary: 4}) {
 		t.Fatalf("after the rotation: %+v", res)
 	}
@@ -289,10 +294,11 @@ func TestKeyringRotationUnderLoad(t *testing.T) {
 		}
 	}
 	// A node on a stale key would see only the nodes on that key.
-	rejoin, cancel := context.WithTimeout(ctx, 30*time.Second)
+	rejoin, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	list := keyringLister(t, s)
 	err := poll(rejoin, 50*time.Millisecond, func() (bool, error) {
-		res = keyringList(t, ctx, s)
+		res = list(ctx)
 		return res.Members == 4 && len(res.Failed) == 0, nil
 	})
 	if err != nil || len(res.Keys) != 1 || res.Keys[0] != (client.KeyringKey{Key: next, Installed: 4, Primary: 4}) {
