@@ -66,7 +66,7 @@ func validateRequest(r *Request) *Error {
 			return errf(ErrInvalid, "claim %d: an amount is negative, infinite or NaN", i)
 		}
 	}
-	return nil
+	return validateGang(r)
 }
 
 func copyRequest(r Request) Request {
@@ -102,7 +102,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	s.agg.dev.added++
 	s.emitAlloc(a, EventCreated)
 
-	p, overQuota := s.placeInQuota(ns, &a.Request, pc)
+	p, overQuota := s.placeInQuota(a, pc)
 	if p != nil {
 		s.allocs[a.ID] = a
 		s.activate(a, p)
@@ -113,7 +113,7 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 		s.kickQueue()
 		return Result{Allocation: a.clone()}
 	}
-	why := s.explain(&a.Request)
+	why := s.whyNot(a)
 	refusal, reason := ErrNoCapacity, "no capacity"
 	if overQuota != "" {
 		why.Quota, why.Summary = overQuota, overQuota
@@ -133,6 +133,9 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	s.allocs[a.ID] = a
 	s.aggLiveEnter(a)
 	s.queue.ReplaceOrInsert(queueKeyOf(a))
+	if a.Request.IsGang() {
+		s.gangs.ReplaceOrInsert(queueKeyOf(a))
+	}
 	s.timers.ReplaceOrInsert(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
 	s.emitAlloc(a, EventQueued)
 	s.emitQueue(a, EventEnqueued)
@@ -140,6 +143,14 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 		s.reclaimFor(a, pc)
 	}
 	return Result{Allocation: a.clone()}
+}
+
+// whyNot explains why a cannot be placed now.
+func (s *State) whyNot(a *Allocation) *WhyNot {
+	if a.Request.IsGang() {
+		return s.explainGang(a)
+	}
+	return s.explain(&a.Request)
 }
 
 // activate gives a pending allocation the devices of a placement.
@@ -150,10 +161,10 @@ func (s *State) activate(a *Allocation, p *placement) {
 		s.spare(a)
 	}
 	if dequeued {
-		s.queue.Delete(queueKeyOf(a))
-		s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
+		s.dequeue(a)
 	}
 	a.Host = p.host
+	a.Hosts = p.hosts
 	a.Devices = p.assign
 	for _, as := range p.assign {
 		d := s.devices[as.DeviceID]
@@ -210,10 +221,7 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 		}
 	case Pending:
 		s.spare(a)
-		s.queue.Delete(queueKeyOf(a))
-		if a.Deadline != 0 {
-			s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
-		}
+		s.dequeue(a)
 	}
 	wasQueued := a.Status == Pending
 	a.Status = status
@@ -227,6 +235,19 @@ func (s *State) endAllocation(a *Allocation, status AllocStatus, reason string) 
 		s.emitQueue(a, EventDequeued)
 	}
 	s.emitAlloc(a, string(status))
+}
+
+// dequeue takes a waiting allocation out of the queue, its deadline and
+// its reservation.
+func (s *State) dequeue(a *Allocation) {
+	s.queue.Delete(queueKeyOf(a))
+	if a.Deadline != 0 {
+		s.timers.Delete(timerKey{at: a.Deadline, kind: deadlineTimer, id: a.ID})
+	}
+	if a.Request.IsGang() {
+		s.gangs.Delete(queueKeyOf(a))
+		s.unreserve(a)
+	}
 }
 
 // notLive explains why a command in namespace ns cannot act on an
@@ -352,7 +373,7 @@ func (s *State) kickQueueOnce() (preempted bool) {
 			return false
 		}
 		pc := s.requestPolicy(&a.Request)
-		p, over := s.placeInQuota(a.Namespace, &a.Request, pc)
+		p, over := s.placeInQuota(a, pc)
 		if p != nil {
 			s.activate(a, p)
 			return true

@@ -39,9 +39,11 @@ func (t Topic) Valid() bool {
 // Event types beyond an allocation's final status (Released, Expired,
 // TimedOut, Preempted, Lost, Failed, Cancelled, Drained name those).
 const (
-	EventCreated    = "created"
-	EventPlaced     = "placed"
-	EventQueued     = "queued"
+	EventCreated = "created"
+	EventPlaced  = "placed"
+	EventQueued  = "queued"
+	// EventReserved: a waiting gang holds hosts (reserve.go).
+	EventReserved   = "reserved"
 	EventRenewed    = "renewed"
 	EventRegistered = "registered"
 	EventUpdated    = "updated"

@@ -18,8 +18,11 @@ type WhyNot struct {
 	// Quota, when set, is the limit of the namespace's quota the request
 	// would pass (then Summary says the same): devices may fit, but the
 	// namespace may not take them.
-	Quota   string `json:"quota,omitempty"`
-	Summary string `json:"summary"`
+	Quota string `json:"quota,omitempty"`
+	// Gang, for a gang, says what each host and domain could take of it
+	// (gang_why.go).
+	Gang    *GangWhyNot `json:"gang,omitempty"`
+	Summary string      `json:"summary"`
 }
 
 // ClaimWhyNot is the filter breakdown for one claim.
@@ -127,12 +130,15 @@ func summarize(w *WhyNot) string {
 		if len(rm) > 0 {
 			p += " (removed: " + strings.Join(rm, ", ") + ")"
 		}
-		if c.Fitting > 0 && c.HostsWithEnough == 0 {
+		if c.Fitting > 0 && c.HostsWithEnough == 0 && (w.Gang == nil || c.Claim > 0) {
 			p += fmt.Sprintf("; no host has %d fitting devices", c.Count)
 		}
 		parts = append(parts, p)
 	}
 	s := "no host can take the request: " + strings.Join(parts, "; ")
+	if w.Gang != nil {
+		s = gangSummary(w) + "; " + strings.Join(parts, "; ")
+	}
 	if w.HostsRejected > 0 {
 		s += fmt.Sprintf("; %d hosts fit each claim alone but not all together", w.HostsRejected)
 	}

@@ -89,6 +89,9 @@ var deviceFilters = []deviceFilter{
 	func(_ *State, d *Device, _ *Claim) string {
 		return when(d.Status != Available, "status "+string(d.Status))
 	},
+	func(s *State, d *Device, _ *Claim) string {
+		return when(s.reservedAgainst(d, nil), "reserved for a waiting gang")
+	},
 	func(s *State, d *Device, cl *Claim) string {
 		amt, whole := take(d.cls, cl)
 		return when(!s.fits(d, amt, whole, nil), "in use (not enough free capacity)")
@@ -138,7 +141,7 @@ func wholeTake(c *class, cl *Claim) bool { return !c.shareable || cl.Amount.IsZe
 // share needs the device to have some free capacity, as the index does
 // (hasFree), so an amount within float noise of zero cannot overfill it.
 func (s *State) fits(d *Device, amt vec, whole bool, ov *overlay) bool {
-	if h := s.hosts[d.Host]; h == nil || !h.Schedulable() || d.Status != Available {
+	if !s.open(d, ov) {
 		return false
 	}
 	used, n := d.Used.vec(), len(d.Allocations)

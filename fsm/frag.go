@@ -230,7 +230,7 @@ func buildView(s *State, h *Host, ov *overlay, fc *fragClasses, hide func(*Devic
 			continue
 		}
 		v := viewOf(d, ov, fc)
-		if hide != nil && hide(d) {
+		if hide != nil && hide(d) || s.reservedAgainst(d, ov) {
 			v.free, v.idle = vec{}, false
 			v.setUnit()
 		}

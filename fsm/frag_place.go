@@ -44,7 +44,7 @@ func (leastFragmenting) place(s *State, q *query) *placement {
 			picks = append(picks, o.pick(k))
 		}
 		c.bestPicks = picks
-		if p := s.assignPicks(q.r, host, c.hosts[host].devs, picks); p != nil {
+		if p := s.assignPicks(q.r, host, c.hosts[host].devs, picks, nil); p != nil {
 			return p
 		}
 		// The cache disagrees with the state: drop it and place afresh.
@@ -52,6 +52,10 @@ func (leastFragmenting) place(s *State, q *query) *placement {
 	}
 	return nil
 }
+
+// hostOrder: a gang's parts go to the hosts with the least free capacity
+// first, each placed on its host by the measure.
+func (leastFragmenting) hostOrder() *hostOrder { return hostsLeastFree }
 
 // onHost places the request on one host by the measure, with the
 // overlay's changes applied.
@@ -66,7 +70,7 @@ func (leastFragmenting) onHost(s *State, h *Host, q *query, ov *overlay) []Assig
 	if !fit {
 		return nil
 	}
-	if p := s.assignPicks(q.r, h.ID, view, c.bestPicks); p != nil {
+	if p := s.assignPicks(q.r, h.ID, view, c.bestPicks, ov); p != nil {
 		return p.assign
 	}
 	return nil
@@ -74,10 +78,11 @@ func (leastFragmenting) onHost(s *State, h *Host, q *query, ov *overlay) []Assig
 
 // assignPicks turns the picks of an evaluation (indexes into a view of
 // the host, in claim order) into a placement, or nil when the state
-// disagrees.
-func (s *State) assignPicks(r *Request, host string, view []fragDev, picks []int16) *placement {
+// disagrees. The picks are judged with the overlay's changes applied, as
+// the view was built.
+func (s *State) assignPicks(r *Request, host string, view []fragDev, picks []int16, base *overlay) *placement {
 	p := &placement{host: host}
-	ov := newOverlay()
+	ov := base.clone()
 	k := 0
 	for i := range r.Claims {
 		cl := &r.Claims[i]

@@ -460,6 +460,10 @@ func (w *shapeWindow) add(r *Request) {
 	for i, c := range r.Claims {
 		sh.Claims[i] = Claim{Type: c.Type, Count: c.Count, Pool: r.claimPool(i), Capabilities: c.Capabilities, Amount: c.Amount}
 	}
+	if r.IsGang() {
+		// A gang counts as one host's part of an even split.
+		sh.Claims[0].Count = max(r.minPerHost(), (r.Claims[0].Count+r.MaxHosts-1)/r.MaxHosts)
+	}
 	if len(w.list) >= shapeWindowSize {
 		// Slide the window by reslicing; the buffer is renewed once per
 		// window length, so an add costs O(1) amortized.

@@ -221,8 +221,7 @@ func deviceUtil(d *Device) float64 {
 
 // hasFree reports whether a device could take any allocation now.
 func (s *State) hasFree(d *Device) bool {
-	h := s.hosts[d.Host]
-	if h == nil || !h.Schedulable() || d.Status != Available {
+	if !s.open(d, nil) {
 		return false
 	}
 	if !d.Shareable || d.cls.primary < 0 {

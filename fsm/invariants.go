@@ -101,33 +101,8 @@ func (s *State) checkAllocs() error {
 				return fmt.Errorf("allocation %s: pending with devices", aid)
 			}
 		case Active:
-			h := s.hosts[a.Host]
-			if h == nil || !h.Up {
-				return fmt.Errorf("allocation %s: active on missing or down host %q", aid, a.Host)
-			}
-			perClaim := make([]int, len(a.Request.Claims))
-			seen := map[string]bool{}
-			for _, as := range a.Devices {
-				d := s.devices[as.DeviceID]
-				if d == nil || d.Host != a.Host {
-					return fmt.Errorf("allocation %s: device %s missing or on another host", aid, as.DeviceID)
-				}
-				if seen[as.DeviceID] && !d.cls.shareable {
-					return fmt.Errorf("allocation %s: holds exclusive device %s twice", aid, as.DeviceID)
-				}
-				seen[as.DeviceID] = true
-				if as.Claim < 0 || as.Claim >= len(perClaim) {
-					return fmt.Errorf("allocation %s: assignment to claim %d", aid, as.Claim)
-				}
-				perClaim[as.Claim]++
-				if d.Type != a.Request.Claims[as.Claim].Type {
-					return fmt.Errorf("allocation %s: device %s of type %s for a %s claim", aid, d.ID, d.Type, a.Request.Claims[as.Claim].Type)
-				}
-			}
-			for i, n := range perClaim {
-				if n != a.Request.Claims[i].Count {
-					return fmt.Errorf("allocation %s: claim %d has %d devices, wants %d", aid, i, n, a.Request.Claims[i].Count)
-				}
+			if err := s.checkPlaced(a); err != nil {
+				return fmt.Errorf("allocation %s: %w", aid, err)
 			}
 		default:
 			return fmt.Errorf("allocation %s: live map holds status %s", aid, a.Status)
@@ -136,7 +111,144 @@ func (s *State) checkAllocs() error {
 	if s.queue.Len() != pending {
 		return fmt.Errorf("queue holds %d, %d allocations pending", s.queue.Len(), pending)
 	}
+	return s.checkGangs()
+}
+
+// checkPlaced checks an active allocation against its hosts, devices and
+// claims: a one-host request has every device on its host; a gang has
+// its first claim whole over at most MaxHosts hosts, at least MinPerHost
+// on each, every other claim whole on each, all hosts with one value of
+// its Same label, and lists those hosts, sorted, the first its Host.
+func (s *State) checkPlaced(a *Allocation) error {
+	r := &a.Request
+	hosts := []string{a.Host}
+	if r.IsGang() {
+		hosts = a.Hosts
+		if len(hosts) == 0 || len(hosts) > r.MaxHosts || !slices.IsSorted(hosts) || hosts[0] != a.Host {
+			return fmt.Errorf("gang hosts %v (host %q) over at most %d", hosts, a.Host, r.MaxHosts)
+		}
+	} else if len(a.Hosts) != 0 {
+		return fmt.Errorf("one-host request with gang hosts %v", a.Hosts)
+	}
+	perHost := map[string][]int{}
+	for _, id := range hosts {
+		h := s.hosts[id]
+		if h == nil || !h.Up {
+			return fmt.Errorf("active on missing or down host %q", id)
+		}
+		if perHost[id] != nil {
+			return fmt.Errorf("host %s listed twice", id)
+		}
+		perHost[id] = make([]int, len(r.Claims))
+	}
+	seen := map[string]bool{}
+	for _, as := range a.Devices {
+		d := s.devices[as.DeviceID]
+		if d == nil || perHost[d.Host] == nil {
+			return fmt.Errorf("device %s missing or on another host", as.DeviceID)
+		}
+		if seen[as.DeviceID] && !d.cls.shareable {
+			return fmt.Errorf("holds exclusive device %s twice", as.DeviceID)
+		}
+		seen[as.DeviceID] = true
+		if as.Claim < 0 || as.Claim >= len(r.Claims) {
+			return fmt.Errorf("assignment to claim %d", as.Claim)
+		}
+		perHost[d.Host][as.Claim]++
+		if d.Type != r.Claims[as.Claim].Type {
+			return fmt.Errorf("device %s of type %s for a %s claim", d.ID, d.Type, r.Claims[as.Claim].Type)
+		}
+	}
+	first := 0
+	for _, id := range hosts {
+		n := perHost[id]
+		first += n[0]
+		if r.IsGang() && n[0] < r.minPerHost() {
+			return fmt.Errorf("host %s takes %d of the first claim, fewer than %d", id, n[0], r.minPerHost())
+		}
+		for i := 1; i < len(n); i++ {
+			if n[i] != r.Claims[i].Count {
+				return fmt.Errorf("claim %d has %d devices on %s, wants %d", i, n[i], id, r.Claims[i].Count)
+			}
+		}
+		if r.Same != "" {
+			v, ok := s.hosts[id].Labels[r.Same]
+			if w := s.hosts[hosts[0]].Labels[r.Same]; !ok || v != w {
+				return fmt.Errorf("host %s has %s=%q, the first host %q", id, r.Same, v, w)
+			}
+		}
+	}
+	if first != r.Claims[0].Count {
+		return fmt.Errorf("claim 0 has %d devices, wants %d", first, r.Claims[0].Count)
+	}
 	return nil
+}
+
+// checkGangs checks the waiting gangs and their reservations: the gangs
+// are those pending; only the first of each type in queue order holds a
+// reservation, on hosts that can take work, each held by it alone; and
+// no waiting gang of a namespace without a quota could be placed now (the
+// reservation gathers capacity for it, the queue pass that frees the last
+// it needs places it).
+func (s *State) checkGangs() error {
+	n := 0
+	heads := map[DeviceType]*Allocation{}
+	var bad error
+	s.gangs.Ascend(func(k queueKey) bool {
+		a := s.allocs[k.id]
+		if a == nil || a.Status != Pending || !a.Request.IsGang() {
+			bad = fmt.Errorf("gang list holds %s, not a waiting gang", k.id)
+			return false
+		}
+		n++
+		if t := a.Request.Claims[0].Type; heads[t] == nil {
+			heads[t] = a
+		}
+		return true
+	})
+	if bad != nil {
+		return bad
+	}
+	held := 0
+	for _, aid := range sortedKeys(s.allocs) {
+		a := s.allocs[aid]
+		if a.Status == Pending && a.Request.IsGang() {
+			n--
+		}
+		if len(a.Reserved) == 0 {
+			if s.reserving[aid] != nil {
+				return fmt.Errorf("gang %s: listed as reserving without hosts", aid)
+			}
+			continue
+		}
+		if a.Status != Pending || heads[a.Request.Claims[0].Type] != a || s.reserving[aid] != a {
+			return fmt.Errorf("allocation %s (%s) holds a reservation and is not the first waiting gang of its type", aid, a.Status)
+		}
+		for _, h := range a.Reserved {
+			if s.reserved[h] != a {
+				return fmt.Errorf("gang %s: reserved host %s held by another", aid, h)
+			}
+			if host := s.hosts[h]; host == nil || !host.Schedulable() {
+				return fmt.Errorf("gang %s: reserved host %s cannot take work", aid, h)
+			}
+			held++
+		}
+	}
+	if n != 0 || held != len(s.reserved) || len(s.reserving) > len(heads) {
+		return fmt.Errorf("gangs: %d waiting unlisted, %d hosts reserved of %d held, %d reserving", n, held, len(s.reserved), len(s.reserving))
+	}
+	s.gangs.Ascend(func(k queueKey) bool {
+		a := s.allocs[k.id]
+		// (A quota is checked on the placement the placer chose: another,
+		// within the quota, may be found only once that one changes.)
+		if a.Deadline > s.now && s.quotas[a.Namespace] == nil {
+			if p, _ := s.placeInQuota(a, s.requestPolicy(&a.Request)); p != nil {
+				bad = fmt.Errorf("gang %s waits, yet could be placed now on %v", a.ID, p.hosts)
+			}
+		}
+		return bad == nil
+	})
+	return bad
 }
 
 // checkDevice checks device id against its host and its allocations and

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -230,7 +231,9 @@ type Claim struct {
 	Amount Resources `json:"amount"`
 }
 
-// Request is what a client asks for: every claim lands on one host, at once.
+// Request is what a client asks for: every claim lands on one host, at
+// once; a gang (MaxHosts > 1) spreads its first claim over several hosts,
+// still at once (gang.go).
 type Request struct {
 	Claims   []Claim       `json:"claims"`
 	Priority int           `json:"priority"`
@@ -238,6 +241,14 @@ type Request struct {
 	LeaseTTL time.Duration `json:"lease_ttl,omitempty"`
 	Pool     string        `json:"pool,omitempty"`
 	Labels   LabelSelector `json:"labels"`
+	// MaxHosts above 1 makes the request a gang: the first claim's
+	// devices may be split over up to MaxHosts hosts, each taking at
+	// least MinPerHost of them (1 when 0) and every other claim whole.
+	MaxHosts   int `json:"max_hosts,omitempty"`
+	MinPerHost int `json:"min_per_host,omitempty"`
+	// Same, for a gang, names a host label every host of the gang must
+	// carry with one value (one rack, one zone).
+	Same string `json:"same,omitempty"`
 }
 
 // MaxPriority is the highest request priority.
@@ -323,8 +334,14 @@ type Allocation struct {
 	Request   Request      `json:"request"`
 	Status    AllocStatus  `json:"status"`
 	Policy    Policy       `json:"policy"`
-	Host      string       `json:"host,omitempty"`
-	Devices   []Assignment `json:"devices,omitempty"`
+	// Host is the allocation's host; a gang's first host by ID, its
+	// hosts all in Hosts.
+	Host    string       `json:"host,omitempty"`
+	Hosts   []string     `json:"hosts,omitempty"`
+	Devices []Assignment `json:"devices,omitempty"`
+	// Reserved, on a waiting gang, are the hosts held for it: their
+	// devices of its first claim's type take no other work (gang.go).
+	Reserved []string `json:"reserved,omitempty"`
 	// Seq orders allocations by arrival.
 	Seq         uint64 `json:"seq"`
 	CreateIndex uint64 `json:"create_index"`
@@ -355,6 +372,8 @@ func (a *Allocation) clone() *Allocation {
 	c := *a
 	c.Devices = append([]Assignment(nil), a.Devices...)
 	c.Preempted = append([]string(nil), a.Preempted...)
+	c.Hosts = slices.Clone(a.Hosts)
+	c.Reserved = slices.Clone(a.Reserved)
 	if a.Preempting != nil {
 		p := *a.Preempting
 		c.Preempting = &p

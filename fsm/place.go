@@ -9,6 +9,8 @@ import "slices"
 type placement struct {
 	host   string
 	assign []Assignment
+	// hosts, for a gang, are all its hosts by ID (host is the first).
+	hosts []string
 }
 
 // placer is how a policy ranks what passed the filters.
@@ -18,6 +20,8 @@ type placer interface {
 	// onHost places the query on one host, with the overlay's changes
 	// applied (what preemption would free), or nil.
 	onHost(s *State, h *Host, q *query, ov *overlay) []Assignment
+	// hostOrder is the order a gang's parts try hosts in (gang.go).
+	hostOrder() *hostOrder
 }
 
 // query is a request on its way through placement: the classes that pass
@@ -43,9 +47,15 @@ func (s *State) newQuery(r *Request, fits [][]*class) *query {
 			c.claims |= 1 << i
 		}
 	}
-	// Claims of the first claim's type that take whole devices need
-	// devices of their own; claims that may take shares can share them,
-	// so only the largest of those counts.
+	q.need = needOf(r)
+	return q
+}
+
+// needOf is how many free devices of the first claim's type a host must
+// have to take r: claims of that type that take whole devices need
+// devices of their own; claims that may take shares can share them, so
+// only the largest of those counts.
+func needOf(r *Request) int {
 	whole, share := 0, 0
 	for _, cl := range r.Claims {
 		if cl.Type != r.Claims[0].Type {
@@ -57,20 +67,24 @@ func (s *State) newQuery(r *Request, fits [][]*class) *query {
 			share = max(share, cl.Count)
 		}
 	}
-	q.need = whole + share
-	return q
+	return whole + share
 }
 
 // passes reports whether class c passes claim i's static filters.
 func (q *query) passes(c *class, i int) bool { return c.mark == q.mark && c.claims&(1<<i) != 0 }
 
-// place finds where a request goes under a policy, or nil.
-func (s *State) place(r *Request, pc PolicyConfig) *placement {
+// place finds where a request goes under a policy, or nil. ov, for a
+// waiting gang with a reservation, opens its reserved devices to it (nil
+// otherwise).
+func (s *State) place(r *Request, pc PolicyConfig, ov *overlay) *placement {
 	fits := s.fitting(r)
 	for _, f := range fits {
 		if len(f) == 0 {
 			return nil
 		}
+	}
+	if r.IsGang() {
+		return s.placeGang(r, pc, fits, ov)
 	}
 	pl := definition(pc.Policy).place
 	for _, tier := range tiers(fits[0], &r.Labels) {
@@ -102,28 +116,18 @@ func (o inOrder) place(s *State, q *query) *placement {
 		amt, _ := take(d.cls, cl)
 		return &placement{host: d.Host, assign: []Assignment{{DeviceID: d.ID, Claim: 0, Amount: amt.resources()}}}
 	}
-	s.flushHosts()
 	var found *placement
-	visit := func(h *Host) bool {
+	s.eachHost(o.hosts, q, q.need, func(h *Host) bool {
 		if assign := o.onHost(s, h, q, nil); assign != nil {
 			found = &placement{host: h.ID, assign: assign}
 			return true
 		}
 		return false
-	}
-	if o.hosts.fromCursor {
-		if cur := s.devices[s.cursors[q.r.Claims[0].Type]]; cur != nil {
-			from := &hostKey{id: cur.Host + "\x00"}
-			if s.walkHosts(o.hosts.rank, q.fits[0], q.need, from, nil, visit) {
-				return found
-			}
-			s.walkHosts(o.hosts.rank, q.fits[0], q.need, nil, from, visit)
-			return found
-		}
-	}
-	s.walkHosts(o.hosts.rank, q.fits[0], q.need, nil, nil, visit)
+	})
 	return found
 }
+
+func (o inOrder) hostOrder() *hostOrder { return o.hosts }
 
 // onHost picks devices on h for every claim in order, each claim taking
 // the first of the host's fitting devices in the device order; nil when
@@ -204,6 +208,9 @@ func rankedLess(a, b rankedDevice) int {
 type overlay struct {
 	used map[string]vec
 	n    map[string]int
+	// own, when set, is the waiting gang this placement is for: the
+	// devices reserved for it are open to it (gang.go).
+	own string
 }
 
 func newOverlay() *overlay { return &overlay{used: map[string]vec{}, n: map[string]int{}} }
@@ -216,6 +223,7 @@ func (o *overlay) add(id string, amt vec, n int) {
 func (o *overlay) clone() *overlay {
 	c := newOverlay()
 	if o != nil {
+		c.own = o.own
 		for k, v := range o.used {
 			c.used[k] = v
 		}

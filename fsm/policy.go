@@ -41,6 +41,8 @@ type policyDef struct {
 	// preempts: a request that fits nowhere may end allocations of lower
 	// priority (by at least the policy's gap) to make room (preempt.go).
 	preempts bool
+	// gang is how a gang's parts are spread over hosts (gang.go).
+	gang gangShape
 }
 
 // policyDefs defines each policy once. The orders they are built from are
@@ -58,13 +60,13 @@ var policyDefs = map[Policy]*policyDef{
 	// wastes least.
 	BestFit: {place: inOrder{hosts: hostsLeastFree, devices: devicesLeastWaste, global: true}},
 	// WorstFit: the reverse of BestFit.
-	WorstFit: {place: inOrder{hosts: hostsMostFree, devices: devicesMostWaste, global: true}},
+	WorstFit: {place: inOrder{hosts: hostsMostFree, devices: devicesMostWaste, global: true}, gang: gangSpreads},
 	// PriorityBased: places as BestFit; a request that fits nowhere may
 	// preempt. (The queue serves every policy by priority.)
 	PriorityBased: {place: inOrder{hosts: hostsLeastFree, devices: devicesLeastWaste, global: true}, preempts: true},
 	// LoadBalanced: the host least utilised in the request's first type,
 	// then its least used devices, for every request size.
-	LoadBalanced: {place: inOrder{hosts: hostsLeastUtilised, devices: devicesLeastUsed}},
+	LoadBalanced: {place: inOrder{hosts: hostsLeastUtilised, devices: devicesLeastUsed}, gang: gangSpreads},
 	// FragmentationAware: where the cluster's free capacity fragments
 	// least under the typical recent requests (after FGD, ATC'23).
 	FragmentationAware: {place: leastFragmenting{}},

@@ -6,7 +6,8 @@ import "sort"
 // preempts, the fewest and lowest-priority active allocations whose
 // priority is lower by at least the policy's gap and whose removal lets
 // the request fit on one host, placed there as the policy places on a
-// host. It changes nothing; the caller ends the victims and places.
+// host (a gang: on its hosts, gang_preempt.go). It changes nothing; the
+// caller ends the victims and places.
 func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placement) {
 	limit := a.Request.Priority - pc.gap()
 	if limit < 0 {
@@ -38,6 +39,9 @@ type victimRule struct {
 // preemptAmong is preempt's search over the active allocations the rule
 // makes eligible, freed on each host in its order until a fits.
 func (s *State) preemptAmong(a *Allocation, pc PolicyConfig, rule victimRule) ([]*Allocation, *placement) {
+	if a.Request.IsGang() {
+		return s.preemptGang(a, pc, rule)
+	}
 	fits := s.fitting(&a.Request)
 	for _, f := range fits {
 		if len(f) == 0 {

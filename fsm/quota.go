@@ -332,13 +332,15 @@ func overLimit(l QuotaLimit, have, more held) string {
 	return ""
 }
 
-// placeInQuota places r for namespace ns as place does, if ns's quota
-// lets it take what the placement takes; otherwise it says which limit.
-func (s *State) placeInQuota(ns string, r *Request, pc PolicyConfig) (*placement, string) {
+// placeInQuota places allocation a's request as place does, if its
+// namespace's quota lets it take what the placement takes; otherwise it
+// says which limit.
+func (s *State) placeInQuota(a *Allocation, pc PolicyConfig) (*placement, string) {
+	ns, r := a.Namespace, &a.Request
 	if why := s.quotaExceeded(ns, r, nil); why != "" {
 		return nil, why
 	}
-	p := s.place(r, pc)
+	p := s.place(r, pc, ownOverlay(a))
 	if p == nil {
 		return nil, ""
 	}

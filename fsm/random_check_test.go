@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,7 +43,7 @@ func checkOutcome(st *step, res fsm.Result, v *publicView, s *fsm.State) (string
 		if a == nil || a.Status != fsm.Failed || a.WhyNot == nil {
 			return "", fmt.Errorf("refusal for capacity without a failed allocation and a why-not: %+v", a)
 		}
-		if h := v.fitHost(&c.Request); h != "" {
+		if h := v.fitHost(&c.Request, ""); h != "" {
 			return "", fmt.Errorf("refused for capacity, but host %s clearly has room: %s", h, res.Err)
 		}
 		return "outcome failed", nil
@@ -112,6 +113,8 @@ type publicView struct {
 	// quotaNS are the namespaces with a quota, borrowNS those that may
 	// borrow.
 	quotaNS, borrowNS map[string]bool
+	// reserved is the waiting gang that holds each reserved host.
+	reserved map[string]*fsm.Allocation
 }
 
 func observe(s *fsm.State) *publicView {
@@ -127,10 +130,20 @@ func observe(s *fsm.State) *publicView {
 	for i := range v.devs {
 		v.devByID[v.devs[i].ID] = &v.devs[i]
 	}
+	v.reserved = map[string]*fsm.Allocation{}
 	for _, a := range v.live {
 		v.liveByID[a.ID] = a
+		for _, h := range a.Reserved {
+			v.reserved[h] = a
+		}
 	}
 	return v
+}
+
+// closedTo reports whether device d is reserved for a gang other than own.
+func (v *publicView) closedTo(d *fsm.Device, own string) bool {
+	g := v.reserved[d.Host]
+	return g != nil && g.ID != own && g.Request.Claims[0].Type == d.Type
 }
 
 // transitions names what happened to the allocations that were live in prev.
@@ -147,6 +160,12 @@ func (v *publicView) transitions(prev *publicView, s *fsm.State) []string {
 		if ended, found := s.Allocation(a.ID); !ok && found && strings.HasPrefix(ended.Reason, "reclaimed by") {
 			out = append(out, "reclaimed")
 		}
+		if ok && a.Status == fsm.Pending && len(a.Reserved) == 0 && len(now.Reserved) > 0 {
+			out = append(out, "gang reserved")
+		}
+		if ok && a.Status == fsm.Pending && now.Status == fsm.Active && len(now.Hosts) > 1 {
+			out = append(out, "gang served from queue")
+		}
 		switch {
 		case ok && a.Status == fsm.Pending && now.Status == fsm.Active && len(now.Preempted) > 0:
 			out = append(out, "served from queue by preemption")
@@ -156,6 +175,11 @@ func (v *publicView) transitions(prev *publicView, s *fsm.State) []string {
 			if ended, found := s.Allocation(a.ID); found {
 				out = append(out, "ended "+string(ended.Status))
 			}
+		}
+	}
+	for _, a := range v.live {
+		if _, was := prev.liveByID[a.ID]; !was && a.Status == fsm.Active && len(a.Hosts) > 1 {
+			out = append(out, "gang across hosts")
 		}
 	}
 	return out
@@ -224,7 +248,7 @@ func (v *publicView) check(afterTick bool) error {
 			// next tick times it out. One of a namespace with a quota may
 			// wait for the quota (checkQuotas checks what is placed).
 			if a.Deadline > v.now && !v.quotaNS[a.Namespace] {
-				if h := v.fitHost(&a.Request); h != "" {
+				if h := v.fitHost(&a.Request, a.ID); h != "" {
 					return fmt.Errorf("pending allocation %s (%+v) clearly fits on host %s now", a.ID, a.Request, h)
 				}
 			}
@@ -236,24 +260,33 @@ func (v *publicView) check(afterTick bool) error {
 		if afterTick && a.LeaseExpiresAt != 0 && a.LeaseExpiresAt <= v.now {
 			return fmt.Errorf("active allocation %s is past its lease after a tick", a.ID)
 		}
-		h := v.hostByID[a.Host]
-		if h == nil || !h.Up {
-			return fmt.Errorf("active allocation %s on missing or down host %q", a.ID, a.Host)
-		}
-		if dr := h.Drain; dr != nil {
-			if a.AllocatedAt > dr.Since {
-				return fmt.Errorf("allocation %s placed at %d on host %s, drained since %d", a.ID, a.AllocatedAt, h.ID, dr.Since)
+		hosts := []string{a.Host}
+		if a.Request.IsGang() {
+			hosts = a.Hosts
+			if len(hosts) == 0 || len(hosts) > a.Request.MaxHosts || hosts[0] != a.Host {
+				return fmt.Errorf("gang %s on hosts %v (host %s), at most %d", a.ID, hosts, a.Host, a.Request.MaxHosts)
 			}
-			if dr.Ended || (afterTick && dr.Deadline != 0 && dr.Deadline <= v.now) {
-				return fmt.Errorf("allocation %s still on host %s past its drain deadline %d (now %d)", a.ID, h.ID, dr.Deadline, v.now)
+		}
+		for _, id := range hosts {
+			h := v.hostByID[id]
+			if h == nil || !h.Up {
+				return fmt.Errorf("active allocation %s on missing or down host %q", a.ID, id)
+			}
+			if dr := h.Drain; dr != nil {
+				if a.AllocatedAt > dr.Since {
+					return fmt.Errorf("allocation %s placed at %d on host %s, drained since %d", a.ID, a.AllocatedAt, h.ID, dr.Since)
+				}
+				if dr.Ended || (afterTick && dr.Deadline != 0 && dr.Deadline <= v.now) {
+					return fmt.Errorf("allocation %s still on host %s past its drain deadline %d (now %d)", a.ID, h.ID, dr.Deadline, v.now)
+				}
 			}
 		}
 		perClaim := make([]int, len(a.Request.Claims))
 		inClaim := map[string]bool{}
 		for _, as := range a.Devices {
 			d := v.devByID[as.DeviceID]
-			if d == nil || d.Host != a.Host {
-				return fmt.Errorf("allocation %s holds device %s, missing or not on host %s", a.ID, as.DeviceID, a.Host)
+			if d == nil || !slices.Contains(hosts, d.Host) {
+				return fmt.Errorf("allocation %s holds device %s, missing or not on its hosts %v", a.ID, as.DeviceID, hosts)
 			}
 			if i := sort.SearchStrings(d.Allocations, a.ID); i == len(d.Allocations) || d.Allocations[i] != a.ID {
 				return fmt.Errorf("allocation %s holds device %s, which does not list it", a.ID, d.ID)
@@ -289,8 +322,12 @@ func (v *publicView) check(afterTick bool) error {
 			used[d.ID] = u
 		}
 		for i, n := range perClaim {
-			if n != a.Request.Claims[i].Count {
-				return fmt.Errorf("allocation %s: claim %d got %d devices, asked %d", a.ID, i, n, a.Request.Claims[i].Count)
+			want := a.Request.Claims[i].Count
+			if i > 0 {
+				want *= len(hosts) // a gang's other claims, on each host
+			}
+			if n != want {
+				return fmt.Errorf("allocation %s: claim %d got %d devices, asked %d", a.ID, i, n, want)
 			}
 		}
 	}
@@ -407,13 +444,16 @@ func clearlyFree(d *fsm.Device, r *fsm.Request, i int) bool {
 // fitHost returns a host on which the request surely fits now, or "". It
 // judges only requests whose claims are of different types (claims of one
 // type compete for devices, which this oracle does not model).
-func (v *publicView) fitHost(r *fsm.Request) string {
+func (v *publicView) fitHost(r *fsm.Request, own string) string {
 	types := map[fsm.DeviceType]bool{}
 	for _, c := range r.Claims {
 		if types[c.Type] {
 			return ""
 		}
 		types[c.Type] = true
+	}
+	if r.IsGang() {
+		return v.fitGang(r, own)
 	}
 	for _, h := range v.hosts {
 		if !h.Up || h.Drain != nil {
@@ -423,7 +463,7 @@ func (v *publicView) fitHost(r *fsm.Request) string {
 		for i := range r.Claims {
 			n := 0
 			for _, id := range h.Devices {
-				if clearlyFree(v.devByID[id], r, i) {
+				if d := v.devByID[id]; clearlyFree(d, r, i) && !v.closedTo(d, own) {
 					n++
 				}
 			}
@@ -434,6 +474,50 @@ func (v *publicView) fitHost(r *fsm.Request) string {
 		}
 		if ok {
 			return h.ID
+		}
+	}
+	return ""
+}
+
+// fitGang returns the hosts, joined, on which a one-claim gang surely fits
+// now, or "": in one domain, j ≤ MaxHosts hosts with the most clearly
+// free devices (at least MinPerHost each) have its count together, and j
+// times MinPerHost is at most its count.
+func (v *publicView) fitGang(r *fsm.Request, own string) string {
+	if len(r.Claims) != 1 {
+		return ""
+	}
+	byDomain := map[string][]int{}
+	names := map[string][]string{}
+	for _, h := range v.hosts {
+		if !h.Up || h.Drain != nil {
+			continue
+		}
+		dom, ok := h.Labels[r.Same]
+		if r.Same != "" && !ok {
+			continue
+		}
+		n := 0
+		for _, id := range h.Devices {
+			if d := v.devByID[id]; clearlyFree(d, r, 0) && !v.closedTo(d, own) {
+				n++
+			}
+		}
+		if n >= max(r.MinPerHost, 1) {
+			byDomain[dom] = append(byDomain[dom], n)
+			names[dom] = append(names[dom], h.ID)
+		}
+	}
+	for dom, ns := range byDomain {
+		sorted := slices.Clone(ns)
+		slices.Sort(sorted)
+		slices.Reverse(sorted)
+		sum := 0
+		for j, n := range sorted[:min(len(sorted), r.MaxHosts)] {
+			sum += n
+			if sum >= r.Claims[0].Count && (j+1)*max(r.MinPerHost, 1) <= r.Claims[0].Count {
+				return strings.Join(names[dom], ",")
+			}
 		}
 	}
 	return ""

@@ -30,8 +30,8 @@ var finalTypes = map[string][]string{
 	string(fsm.Preempted): {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
 	string(fsm.Lost):      {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
 	string(fsm.Drained):   {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
-	string(fsm.TimedOut):  {fsm.EventQueued},
-	string(fsm.Cancelled): {fsm.EventQueued},
+	string(fsm.TimedOut):  {fsm.EventQueued, fsm.EventReserved},
+	string(fsm.Cancelled): {fsm.EventQueued, fsm.EventReserved},
 	string(fsm.Failed):    {fsm.EventCreated},
 }
 
@@ -39,7 +39,8 @@ var finalTypes = map[string][]string{
 var after = map[string][]string{
 	fsm.EventCreated:    {""}, // or any final type: an ID the history forgot
 	fsm.EventQueued:     {fsm.EventCreated},
-	fsm.EventPlaced:     {fsm.EventCreated, fsm.EventQueued},
+	fsm.EventPlaced:     {fsm.EventCreated, fsm.EventQueued, fsm.EventReserved},
+	fsm.EventReserved:   {fsm.EventQueued, fsm.EventReserved},
 	fsm.EventRenewed:    {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
 	fsm.EventPreempting: {fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared},
 	fsm.EventSpared:     {fsm.EventPreempting},
@@ -89,7 +90,7 @@ func (c *eventCheck) step(s *fsm.State, idx uint64, applied bool, evs []fsm.Even
 				case !contains(prevs, prev):
 					return fmt.Errorf("allocation %s: %s after %q", ev.Key, ev.Type, prev)
 				}
-				want := map[string]fsm.AllocStatus{fsm.EventCreated: fsm.Pending, fsm.EventQueued: fsm.Pending,
+				want := map[string]fsm.AllocStatus{fsm.EventCreated: fsm.Pending, fsm.EventQueued: fsm.Pending, fsm.EventReserved: fsm.Pending,
 					fsm.EventPlaced: fsm.Active, fsm.EventRenewed: fsm.Active,
 					fsm.EventPreempting: fsm.Active, fsm.EventSpared: fsm.Active}[ev.Type]
 				if a.Status != want {
@@ -125,7 +126,7 @@ func (c *eventCheck) step(s *fsm.State, idx uint64, applied bool, evs []fsm.Even
 		}
 		want := fsm.AllocStatus(c.last[id])
 		switch c.last[id] {
-		case fsm.EventCreated, fsm.EventQueued:
+		case fsm.EventCreated, fsm.EventQueued, fsm.EventReserved:
 			want = fsm.Pending
 		case fsm.EventPlaced, fsm.EventRenewed, fsm.EventPreempting, fsm.EventSpared:
 			want = fsm.Active

@@ -520,6 +520,17 @@ func (g *cmdGen) request(v *publicView) fsm.Request {
 	if g.chance(10) {
 		r.Labels.Forbidden = map[string]string{"tier": pick(g, "*", "fast")}
 	}
+	if g.chance(12) {
+		// A gang: its first claim over several hosts.
+		r.MaxHosts = pick(g, 2, 2, 3, 4)
+		r.Claims[0].Count = pick(g, 2, 3, 4, 5, 6, 8, 12)
+		if g.chance(30) {
+			r.MinPerHost = min(pick(g, 1, 2, 3), r.Claims[0].Count)
+		}
+		if g.chance(25) {
+			r.Same = "rack"
+		}
+	}
 	return r
 }
 

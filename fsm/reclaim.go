@@ -256,7 +256,7 @@ func (s *State) tryReclaimers(ids []string) {
 		if a == nil || a.Status != Pending || a.Deadline <= s.now {
 			continue
 		}
-		if p, _ := s.placeInQuota(a.Namespace, &a.Request, s.requestPolicy(&a.Request)); p != nil {
+		if p, _ := s.placeInQuota(a, s.requestPolicy(&a.Request)); p != nil {
 			s.activate(a, p)
 		}
 	}

@@ -287,7 +287,7 @@ func TestPlaceManyMatchesReference(t *testing.T) {
 			req := refManyRequest(rng)
 			wantHost, want := refPlaceMany(h.s, &req, pol)
 			gotHost, got := "", []Assignment(nil)
-			if p := h.s.place(&req, PolicyConfig{Policy: pol}); p != nil {
+			if p := h.s.place(&req, PolicyConfig{Policy: pol}, nil); p != nil {
 				gotHost, got = p.host, p.assign
 			}
 			compared++

@@ -404,7 +404,7 @@ func TestPlaceOneMatchesReference(t *testing.T) {
 			req := refRequest(rng, GPU)
 			want := refPlace(h.s, &req, pol)
 			got := ""
-			if p := h.s.place(&req, PolicyConfig{Policy: pol}); p != nil {
+			if p := h.s.place(&req, PolicyConfig{Policy: pol}, nil); p != nil {
 				if len(p.assign) != 1 {
 					t.Fatalf("seed %d step %d %s: %d assignments for a one-device request", seed, step, pol, len(p.assign))
 				}

@@ -155,6 +155,16 @@ func (e *enc) alloc(a *Allocation) (dev int) {
 	e.str(a.PreemptedBy)
 	e.strs(a.Preempted)
 	e.str(a.Reason)
+	if a.Request.IsGang() {
+		// Tag 5, before the tags below: a gang's shape, hosts and
+		// reservation; records of other requests keep their bytes.
+		e.b = append(e.b, 5)
+		e.int(a.Request.MaxHosts)
+		e.int(a.Request.MinPerHost)
+		e.str(a.Request.Same)
+		e.strs(a.Hosts)
+		e.strs(a.Reserved)
+	}
 	if p := a.Preempting; p != nil {
 		// Tag 3 after the why-not tags: a reclaim's mark, on an active
 		// allocation, which has no why-not.
@@ -175,6 +185,8 @@ func (e *enc) whyNot(w *WhyNot) {
 	case w == nil:
 		e.b = append(e.b, 0)
 		return
+	case w.Gang != nil:
+		e.b = append(e.b, 4)
 	case w.Quota == "":
 		e.b = append(e.b, 1)
 	default:
@@ -199,8 +211,28 @@ func (e *enc) whyNot(w *WhyNot) {
 	}
 	e.int(w.HostsRejected)
 	e.str(w.Summary)
-	if w.Quota != "" {
+	if w.Quota != "" || w.Gang != nil {
 		e.str(w.Quota)
+	}
+	if g := w.Gang; g != nil {
+		e.int(g.Count)
+		e.int(g.MaxHosts)
+		e.int(g.MinPerHost)
+		e.str(g.Same)
+		e.int(g.HostsAble)
+		e.uvarint(uint64(len(g.Best)))
+		for _, h := range g.Best {
+			e.str(h.Host)
+			e.int(h.Take)
+		}
+		e.int(g.BestTotal)
+		e.uvarint(uint64(len(g.Domains)))
+		for _, dm := range g.Domains {
+			e.str(dm.Value)
+			e.int(dm.HostsAble)
+			e.int(dm.Total)
+		}
+		e.int(g.HostsUnlabelled)
 	}
 }
 
@@ -594,6 +626,17 @@ func (d *dec) allocInto(a *Allocation) {
 	a.PreemptedBy = d.str()
 	a.Preempted = d.strList()
 	a.Reason = d.sym()
+	if len(d.b) > 0 && d.b[0] == 5 {
+		d.b = d.b[1:]
+		a.Request.MaxHosts = d.int()
+		a.Request.MinPerHost = d.int()
+		a.Request.Same = d.sym()
+		a.Hosts = d.symList()
+		a.Reserved = d.symList()
+		if !a.Request.IsGang() {
+			d.fail() // tag 5 says it is one
+		}
+	}
 	if len(d.b) > 0 && d.b[0] == 3 {
 		d.b = d.b[1:]
 		a.Preempting = &Preempting{By: d.str(), Deadline: d.varint()}
@@ -603,7 +646,7 @@ func (d *dec) allocInto(a *Allocation) {
 }
 
 func (d *dec) whyNot() *WhyNot {
-	if len(d.b) == 0 || d.b[0] > 2 {
+	if len(d.b) == 0 || d.b[0] > 4 || d.b[0] == 3 {
 		d.fail()
 		return nil
 	}
@@ -639,6 +682,25 @@ func (d *dec) whyNot() *WhyNot {
 		if w.Quota = d.sym(); w.Quota == "" {
 			d.fail() // tag 2 says there is one
 		}
+	}
+	if tag == 4 {
+		w.Quota = d.sym()
+		g := &GangWhyNot{Count: d.int(), MaxHosts: d.int(), MinPerHost: d.int(), Same: d.sym(), HostsAble: d.int()}
+		if n := d.count(); n > 0 {
+			g.Best = make([]GangHost, n)
+			for i := range g.Best {
+				g.Best[i] = GangHost{Host: d.sym(), Take: d.int()}
+			}
+		}
+		g.BestTotal = d.int()
+		if n := d.count(); n > 0 {
+			g.Domains = make([]GangDomain, n)
+			for i := range g.Domains {
+				g.Domains[i] = GangDomain{Value: d.sym(), HostsAble: d.int(), Total: d.int()}
+			}
+		}
+		g.HostsUnlabelled = d.int()
+		w.Gang = g
 	}
 	return w
 }

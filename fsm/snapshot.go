@@ -814,6 +814,9 @@ func (s *State) restoreLive(a *Allocation) error {
 	if a.Preempting != nil && a.Status != Active {
 		return errf(ErrSnapshot, "allocation %s is %s and preempting", a.ID, a.Status)
 	}
+	if len(a.Reserved) > 0 && a.Status != Pending || len(a.Hosts) > 0 && a.Status != Active {
+		return errf(ErrSnapshot, "allocation %s is %s with gang hosts or a reservation", a.ID, a.Status)
+	}
 	return nil
 }
 
@@ -898,6 +901,11 @@ func (s *State) restoreFinish(gathers []*statsGather, devices []string, indexed 
 	// rebuilds what each namespace holds, must not move it.
 	fair := s.fair
 	s.fair = nil
+	if err := s.restoreReservations(); err != nil {
+		<-settled
+		<-indexed
+		return nil, err
+	}
 	for _, id := range devices {
 		s.reindex(s.devices[id])
 	}

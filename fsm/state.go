@@ -51,6 +51,15 @@ type State struct {
 	// spared: this command spared victims of a reclaim; Apply then
 	// re-examines the queue.
 	spared bool
+	// gangs are the waiting gangs in queue order; reserving those with a
+	// reservation, by ID; reserved the gang holding each reserved host
+	// (reserve.go). All derived from the allocations.
+	gangs     *btree.BTreeG[queueKey]
+	reserving map[string]*Allocation
+	reserved  map[string]*Allocation
+	// reopened: a reservation ended in this command; Apply then
+	// re-examines the queue.
+	reopened bool
 
 	idx *index
 	// agg holds the figures of Stats (stats_agg.go), derived state.
@@ -87,6 +96,9 @@ func New() *State {
 		quotas:       map[string]*Quota{},
 		use:          map[useKey]*held{},
 		reclaims:     map[string][]string{},
+		gangs:        btree.NewG(btreeDegree, queueKeyLess),
+		reserving:    map[string]*Allocation{},
+		reserved:     map[string]*Allocation{},
 		retention:    DefaultRetention,
 		shapes:       newShapeWindow(),
 		idx:          newIndex(),
@@ -144,6 +156,10 @@ func (s *State) Apply(idx uint64, c Command) Result {
 		s.now, s.last = prevNow, prevLast
 		s.events = s.events[:prevEvents]
 		return res
+	}
+	s.settleReservations()
+	if a := res.Allocation; a != nil && a.Request.IsGang() && s.allocs[a.ID] != nil {
+		res.Allocation = s.allocs[a.ID].clone() // with the reservation settled
 	}
 	if m.RequestID != "" {
 		e := cacheEntry{RequestID: m.RequestID, Namespace: m.Namespace, Digest: digest, Index: idx, Time: s.now}
@@ -386,7 +402,7 @@ func (s *State) removeHost(c *RemoveHost) Result {
 	if h == nil {
 		return Result{Err: errf(ErrNotFound, "host %q", c.HostID)}
 	}
-	s.loseHostAllocations(h, "host "+h.ID+" removed")
+	freed := s.loseHostAllocations(h, "host "+h.ID+" removed")
 	s.setDrain(h, nil)
 	for _, id := range h.Devices {
 		d := s.devices[id]
@@ -402,14 +418,22 @@ func (s *State) removeHost(c *RemoveHost) Result {
 	delete(s.head.hosts, h.ID)
 	s.head.hostIDs = nil
 	s.emitHost(h, EventRemoved)
+	if freed {
+		s.kickQueue()
+	}
 	return Result{}
 }
 
-// loseHostAllocations ends every active allocation on a host as lost.
-func (s *State) loseHostAllocations(h *Host, reason string) {
+// loseHostAllocations ends every active allocation on a host as lost. It
+// reports whether a gang among them freed devices on other hosts: the
+// caller then examines the queue, once the host is out.
+func (s *State) loseHostAllocations(h *Host, reason string) (freedElsewhere bool) {
 	for _, aid := range s.hostAllocations(h) {
-		s.endAllocation(s.allocs[aid], Lost, reason)
+		a := s.allocs[aid]
+		freedElsewhere = freedElsewhere || len(a.Hosts) > 1
+		s.endAllocation(a, Lost, reason)
 	}
+	return freedElsewhere
 }
 
 func (s *State) setHostStatus(c *SetHostStatus) Result {
@@ -421,15 +445,16 @@ func (s *State) setHostStatus(c *SetHostStatus) Result {
 		return Result{}
 	}
 	delete(s.head.hosts, h.ID)
+	freed := false
 	if !c.Up {
-		s.loseHostAllocations(h, "host "+h.ID+" down")
+		freed = s.loseHostAllocations(h, "host "+h.ID+" down")
 	}
 	s.changeHost(h, func() {
 		h.Up = c.Up
 		h.Since = s.now
 	})
 	s.emitHost(h, EventUpdated)
-	if c.Up {
+	if c.Up || freed {
 		s.kickQueue()
 	}
 	return Result{}

@@ -1,0 +1,310 @@
+package fsm
+
+import (
+	"slices"
+	"sort"
+)
+
+// Reservations for waiting gangs (Slurm's backfill with reservations). A
+// gang that waits could otherwise wait forever: each device that frees
+// goes to the small requests that fit at once. So the first waiting gang
+// of each device type (the type of its first claim), in queue order,
+// holds a reservation: the hosts it will run on. Their devices of that
+// type are closed to every other request (open, reservedAgainst), with
+// the reason "reserved for a waiting gang", and stay open to the gang
+// itself (overlay.own), so as they free the gang gathers them and is
+// placed by the queue pass that frees the last one it needs.
+//
+// The hosts are chosen once, and kept while the gang waits, so that a
+// reservation does not wander off the hosts that are about to free: a
+// packing of the gang as if every device of the type were free, on the
+// hosts with the most devices that pass its first claim's filters (the
+// fewest hosts), then the most free now, then by ID. A reservation ends
+// when its gang is placed or leaves the queue, when another gang comes
+// first in the queue for the type, or when one of its hosts can no longer
+// take work (down, drained, removed); settleReservations, run after every
+// command, then moves it. Reservations are kept on the allocation
+// (Allocation.Reserved), so they travel in the snapshot; the map by host
+// is rebuilt on restore.
+
+// reservedAgainst reports whether device d is reserved for a gang other
+// than the overlay's own.
+func (s *State) reservedAgainst(d *Device, ov *overlay) bool {
+	if len(s.reserved) == 0 {
+		return false
+	}
+	g := s.reserved[d.Host]
+	if g == nil || g.Request.Claims[0].Type != d.Type {
+		return false
+	}
+	return ov == nil || ov.own != g.ID
+}
+
+// open reports whether device d may take new work from the overlay's
+// request: its host is up and not drained, it is available, and it is not
+// reserved for another gang.
+func (s *State) open(d *Device, ov *overlay) bool {
+	h := s.hosts[d.Host]
+	return h != nil && h.Schedulable() && d.Status == Available && !s.reservedAgainst(d, ov)
+}
+
+// ownOverlay is the overlay a waiting allocation is placed with: its
+// reservation open to it; nil when it has none.
+func ownOverlay(a *Allocation) *overlay {
+	if len(a.Reserved) == 0 {
+		return nil
+	}
+	ov := newOverlay()
+	ov.own = a.ID
+	return ov
+}
+
+// reservedHosts are the hosts reserved for the overlay's own gang that
+// can take work.
+func (s *State) reservedHosts(ov *overlay) []*Host {
+	if ov == nil || ov.own == "" {
+		return nil
+	}
+	a := s.allocs[ov.own]
+	if a == nil {
+		return nil
+	}
+	var out []*Host
+	for _, id := range a.Reserved {
+		if h := s.hosts[id]; h != nil && h.Schedulable() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// settleReservations gives the first waiting gang of each type its
+// reservation and ends the others (see above). A reservation that ended,
+// here or as its gang left the queue, may let other requests in: the
+// queue is examined again, which may place gangs and change who comes
+// first, until nothing moves.
+func (s *State) settleReservations() {
+	for range 16 { // each round places work or ends a reservation; a bound for safety
+		if len(s.reserving) == 0 && s.gangs.Len() == 0 && !s.reopened {
+			return
+		}
+		heads := map[DeviceType]*Allocation{}
+		s.gangs.Ascend(func(k queueKey) bool {
+			a := s.allocs[k.id]
+			if t := a.Request.Claims[0].Type; heads[t] == nil {
+				heads[t] = a
+			}
+			return len(heads) < len(DeviceTypes)
+		})
+		for _, id := range sortedKeys(s.reserving) {
+			g := s.reserving[id]
+			if heads[g.Request.Claims[0].Type] != g || !s.reservationHolds(g) {
+				s.unreserve(g)
+			}
+		}
+		for _, t := range DeviceTypes {
+			if g := heads[t]; g != nil && len(g.Reserved) == 0 {
+				if hosts := s.planReservation(g); hosts != nil {
+					s.reserve(g, hosts)
+					s.tryReserved(g)
+				}
+			}
+		}
+		if !s.reopened {
+			return
+		}
+		s.reopened = false
+		s.kickQueue()
+	}
+}
+
+// tryReserved places gang g if it fits now that its reserved hosts come
+// first (with a quota, the placement first chosen may have been past it).
+func (s *State) tryReserved(g *Allocation) {
+	if g.Deadline <= s.now {
+		return
+	}
+	if p, _ := s.placeInQuota(g, s.requestPolicy(&g.Request)); p != nil {
+		s.activate(g, p)
+	}
+}
+
+// reservationHolds reports whether every host of g's reservation can still
+// take work.
+func (s *State) reservationHolds(g *Allocation) bool {
+	for _, id := range g.Reserved {
+		if h := s.hosts[id]; h == nil || !h.Schedulable() {
+			return false
+		}
+	}
+	return true
+}
+
+// reserve closes the devices of g's first claim's type on hosts to every
+// other request.
+func (s *State) reserve(g *Allocation, hosts []string) {
+	t := g.Request.Claims[0].Type
+	g.Reserved = hosts
+	g.ModifyIndex = s.last
+	s.reserving[g.ID] = g
+	for _, id := range hosts {
+		h := s.hosts[id]
+		s.changeTypeOn(h, t, func() { s.reserved[id] = g })
+	}
+	s.emitAlloc(g, EventReserved)
+}
+
+// unreserve ends g's reservation.
+func (s *State) unreserve(g *Allocation) {
+	if len(g.Reserved) == 0 {
+		return
+	}
+	t := g.Request.Claims[0].Type
+	for _, id := range g.Reserved {
+		if s.reserved[id] != g {
+			continue
+		}
+		if h := s.hosts[id]; h != nil {
+			s.changeTypeOn(h, t, func() { delete(s.reserved, id) })
+		} else {
+			delete(s.reserved, id)
+		}
+	}
+	delete(s.reserving, g.ID)
+	g.Reserved = nil
+	g.ModifyIndex = s.last
+	s.reopened = true
+}
+
+// changeTypeOn applies change between taking h's devices of type t out of
+// the indexes and putting them back.
+func (s *State) changeTypeOn(h *Host, t DeviceType, change func()) {
+	devs := s.hostTypeDevices(h, t)
+	for _, d := range devs {
+		s.unindex(d)
+	}
+	change()
+	for _, d := range devs {
+		s.reindex(d)
+	}
+}
+
+// planReservation chooses the hosts of g's reservation, or nil when no
+// hosts could ever take it: its first claim packed as if every device of
+// the type were free, on the hosts with the most devices that pass the
+// claim's filters, then the most free now, then by ID; with Same, in the
+// domain that needs the fewest hosts, then has the most free, then by
+// value. Hosts reserved for another gang are not taken.
+func (s *State) planReservation(g *Allocation) []string {
+	r := &g.Request
+	fits := s.fitting(r)
+	for _, f := range fits {
+		if len(f) == 0 {
+			return nil
+		}
+	}
+	q := s.newQuery(r, fits)
+	cl := &r.Claims[0]
+	type cand struct {
+		id        string
+		pot, free int
+	}
+	byDomain := map[string][]cand{}
+	for _, id := range sortedKeys(s.hosts) {
+		h := s.hosts[id]
+		if !h.Schedulable() || s.reserved[id] != nil {
+			continue
+		}
+		dom := ""
+		if r.Same != "" {
+			v, ok := h.Labels[r.Same]
+			if !ok {
+				continue
+			}
+			dom = v
+		}
+		c := cand{id: id}
+		for _, d := range s.hostTypeDevices(h, cl.Type) {
+			if d.Status != Available || !q.passes(d.cls, 0) {
+				continue
+			}
+			c.pot++
+			if amt, whole := take(d.cls, cl); s.fits(d, amt, whole, nil) {
+				c.free++
+			}
+		}
+		if c.pot >= r.minPerHost() {
+			byDomain[dom] = append(byDomain[dom], c)
+		}
+	}
+	var best []string
+	bestFree := 0
+	for _, dom := range sortedKeys(byDomain) {
+		cands := byDomain[dom]
+		sort.SliceStable(cands, func(i, j int) bool {
+			if cands[i].pot != cands[j].pot {
+				return cands[i].pot > cands[j].pot
+			}
+			return cands[i].free > cands[j].free
+		})
+		var hosts []string
+		free, left := 0, cl.Count
+		for _, c := range cands {
+			if left == 0 || len(hosts) == max(r.MaxHosts, 1) {
+				break
+			}
+			take := min(c.pot, left)
+			if rest := left - take; rest > 0 && rest < r.minPerHost() {
+				take = left - r.minPerHost()
+				if take < r.minPerHost() {
+					continue
+				}
+			}
+			hosts = append(hosts, c.id)
+			free += min(c.free, take)
+			left -= take
+		}
+		if left > 0 {
+			continue
+		}
+		if best == nil || len(hosts) < len(best) || len(hosts) == len(best) && free > bestFree {
+			best, bestFree = hosts, free
+		}
+	}
+	slices.Sort(best)
+	return best
+}
+
+// restoreReservations rebuilds the waiting gangs and the reservations by
+// host from the allocations, before the devices are indexed, and checks
+// them: a reservation is on known hosts, sorted, none held twice, one
+// gang of a type at most.
+func (s *State) restoreReservations() error {
+	types := map[DeviceType]bool{}
+	for _, id := range sortedKeys(s.allocs) {
+		a := s.allocs[id]
+		if a.Status != Pending || !a.Request.IsGang() {
+			continue
+		}
+		s.gangs.ReplaceOrInsert(queueKeyOf(a))
+		if len(a.Reserved) == 0 {
+			continue
+		}
+		if t := a.Request.Claims[0].Type; types[t] {
+			return errf(ErrSnapshot, "gang %s: a second reservation for %s", a.ID, t)
+		} else {
+			types[t] = true
+		}
+		if !slices.IsSorted(a.Reserved) {
+			return errf(ErrSnapshot, "gang %s: reserved hosts out of order", a.ID)
+		}
+		s.reserving[a.ID] = a
+		for _, h := range a.Reserved {
+			if s.hosts[h] == nil || s.reserved[h] != nil {
+				return errf(ErrSnapshot, "gang %s: reserved host %q unknown or reserved twice", a.ID, h)
+			}
+			s.reserved[h] = a
+		}
+	}
+	return nil
+}
