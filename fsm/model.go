@@ -330,10 +330,10 @@ type Allocation struct {
 	ID        string `json:"id"`
 	RequestID string `json:"request_id,omitempty"`
 	// Namespace is the namespace the allocation belongs to.
-	Namespace string       `json:"namespace"`
-	Request   Request      `json:"request"`
-	Status    AllocStatus  `json:"status"`
-	Policy    Policy       `json:"policy"`
+	Namespace string      `json:"namespace"`
+	Request   Request     `json:"request"`
+	Status    AllocStatus `json:"status"`
+	Policy    Policy      `json:"policy"`
 	// Host is the allocation's host; a gang's first host by ID, its
 	// hosts all in Hosts.
 	Host    string       `json:"host,omitempty"`
