@@ -94,6 +94,7 @@ func RequestToWire(r fsm.Request) wire.Request {
 	return wire.Request{
 		Claims: mapSlice(r.Claims, claimToWire), Priority: r.Priority, Timeout: wire.Duration(r.Timeout),
 		LeaseTTL: wire.Duration(r.LeaseTTL), Pool: r.Pool, Labels: labelSelectorToWire(r.Labels),
+		MaxHosts: r.MaxHosts, MinPerHost: r.MinPerHost, Same: r.Same,
 	}
 }
 
@@ -102,6 +103,7 @@ func requestFromWire(r wire.Request) fsm.Request {
 	return fsm.Request{
 		Claims: mapSlice(r.Claims, claimFromWire), Priority: r.Priority, Timeout: r.Timeout.Std(),
 		LeaseTTL: r.LeaseTTL.Std(), Pool: r.Pool, Labels: labelSelectorFromWire(r.Labels),
+		MaxHosts: r.MaxHosts, MinPerHost: r.MinPerHost, Same: r.Same,
 	}
 }
 
@@ -133,7 +135,7 @@ func whyNotToWire(w *fsm.WhyNot) *wire.WhyNot {
 	}
 	return &wire.WhyNot{
 		Devices: w.Devices, Hosts: w.Hosts, Claims: mapSlice(w.Claims, claimWhyNotToWire),
-		HostsRejected: w.HostsRejected, Quota: w.Quota, Summary: w.Summary,
+		HostsRejected: w.HostsRejected, Quota: w.Quota, Gang: gangWhyNotToWire(w.Gang), Summary: w.Summary,
 	}
 }
 
@@ -145,19 +147,40 @@ func WhyNotFromWire(w *wire.WhyNot) *fsm.WhyNot {
 	}
 	return &fsm.WhyNot{
 		Devices: w.Devices, Hosts: w.Hosts, Claims: mapSlice(w.Claims, claimWhyNotFromWire),
-		HostsRejected: w.HostsRejected, Quota: w.Quota, Summary: w.Summary,
+		HostsRejected: w.HostsRejected, Quota: w.Quota, Gang: gangWhyNotFromWire(w.Gang), Summary: w.Summary,
 	}
 }
 
 func allocationToWire(a *fsm.Allocation) wire.Allocation {
 	return wire.Allocation{
 		ID: a.ID, RequestID: a.RequestID, Namespace: a.Namespace, Request: RequestToWire(a.Request), Status: wire.AllocStatus(a.Status),
-		Policy: wire.Policy(a.Policy), Host: a.Host, Devices: mapSlice(a.Devices, assignmentToWire),
+		Policy: wire.Policy(a.Policy), Host: a.Host, Hosts: a.Hosts, Devices: mapSlice(a.Devices, assignmentToWire),
+		Reserved: a.Reserved, ExpectedStart: unixTime(a.ExpectedStart),
 		Seq: a.Seq, CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex,
 		RequestedAt: unixTime(a.RequestedAt), AllocatedAt: unixTime(a.AllocatedAt), EndedAt: unixTime(a.EndedAt),
 		Deadline: unixTime(a.Deadline), LeaseExpiresAt: unixTime(a.LeaseExpiresAt),
 		PreemptedBy: a.PreemptedBy, Preempted: a.Preempted, Preempting: preemptingToWire(a.Preempting), Reason: a.Reason, WhyNot: whyNotToWire(a.WhyNot),
 	}
+}
+
+func gangWhyNotToWire(g *fsm.GangWhyNot) *wire.GangWhyNot {
+	if g == nil {
+		return nil
+	}
+	return &wire.GangWhyNot{Count: g.Count, MaxHosts: g.MaxHosts, MinPerHost: g.MinPerHost, Same: g.Same,
+		HostsAble: g.HostsAble, Best: mapSlice(g.Best, func(h fsm.GangHost) wire.GangHost { return wire.GangHost(h) }),
+		BestTotal: g.BestTotal, Domains: mapSlice(g.Domains, func(d fsm.GangDomain) wire.GangDomain { return wire.GangDomain(d) }),
+		HostsUnlabelled: g.HostsUnlabelled}
+}
+
+func gangWhyNotFromWire(g *wire.GangWhyNot) *fsm.GangWhyNot {
+	if g == nil {
+		return nil
+	}
+	return &fsm.GangWhyNot{Count: g.Count, MaxHosts: g.MaxHosts, MinPerHost: g.MinPerHost, Same: g.Same,
+		HostsAble: g.HostsAble, Best: mapSlice(g.Best, func(h wire.GangHost) fsm.GangHost { return fsm.GangHost(h) }),
+		BestTotal: g.BestTotal, Domains: mapSlice(g.Domains, func(d wire.GangDomain) fsm.GangDomain { return fsm.GangDomain(d) }),
+		HostsUnlabelled: g.HostsUnlabelled}
 }
 
 func preemptingToWire(p *fsm.Preempting) *wire.Preempting {

@@ -29,6 +29,12 @@ type (
 	DeviceSpec = wire.DeviceSpec
 	// WhyNot explains a refusal: what each filter removed, per claim.
 	WhyNot = wire.WhyNot
+	// GangWhyNot is a gang's why-not: what each host and domain could take.
+	GangWhyNot = wire.GangWhyNot
+	// GangHost is what one host could take of a gang.
+	GangHost = wire.GangHost
+	// GangDomain is what one value of a gang's Same label could take.
+	GangDomain = wire.GangDomain
 	// ClaimWhyNot is the filter breakdown of one claim.
 	ClaimWhyNot = wire.ClaimWhyNot
 	// Reason is one filter's verdict.

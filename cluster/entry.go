@@ -51,7 +51,7 @@ func EncodeLogEntry(c fsm.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	since, ok := fsm.CommandSince(c.Type())
+	since, ok := fsm.CommandNeeds(c)
 	if !ok || since.Level <= 1 {
 		return wrapLogEntry(payload), nil
 	}

@@ -52,9 +52,9 @@ type serverLevel struct {
 	Known   bool // gossip shows it
 }
 
-// featureGate refuses a command of level since.Level unless every server
-// in servers supports it; the error names those that do not.
-func featureGate(t fsm.CommandType, since fsm.Since, servers []serverLevel) error {
+// featureGate refuses a command (what) of level since.Level unless every
+// server in servers supports it; the error names those that do not.
+func featureGate(what string, since fsm.Since, servers []serverLevel) error {
 	if since.Level <= 1 {
 		return nil
 	}
@@ -75,8 +75,8 @@ func featureGate(t fsm.CommandType, since fsm.Since, servers []serverLevel) erro
 		return nil
 	}
 	sort.Strings(old)
-	return clusterErr(ErrFeatureUnavailable, fmt.Sprintf("command type %d needs dmsc >= %s (feature level %d) on every server; too old: %s; upgrade them first",
-		t, since.Version, since.Level, strings.Join(old, ", ")))
+	return clusterErr(ErrFeatureUnavailable, fmt.Sprintf("%s needs dmsc >= %s (feature level %d) on every server; too old: %s; upgrade them first",
+		what, since.Version, since.Level, strings.Join(old, ", ")))
 }
 
 // checkFeature applies the gate to cmd with this server's view of the
@@ -85,7 +85,7 @@ func (n *Node) checkFeature(ctx context.Context, cmd fsm.Command) error {
 	if n.raft == nil || n.skipFeatureGate {
 		return nil
 	}
-	since, ok := fsm.CommandSince(cmd.Type())
+	since, ok := fsm.CommandNeeds(cmd)
 	if !ok {
 		return &fsm.NeedsUpgradeError{Type: cmd.Type()}
 	}
@@ -96,7 +96,11 @@ func (n *Node) checkFeature(ctx context.Context, cmd fsm.Command) error {
 	if err != nil {
 		return err
 	}
-	return featureGate(cmd.Type(), since, n.serverLevels(cfg))
+	what := fmt.Sprintf("command type %d", cmd.Type())
+	if typeSince, _ := fsm.CommandSince(cmd.Type()); typeSince != since {
+		what = fmt.Sprintf("a gang (command type %d with max_hosts, min_per_host or same)", cmd.Type())
+	}
+	return featureGate(what, since, n.serverLevels(cfg))
 }
 
 // serverLevels is what the servers of cfg advertise.

@@ -20,10 +20,10 @@ func TestFeatureGate(t *testing.T) {
 		{ID: "s2", Version: "0.1.0", Level: 1, Known: true},
 		{ID: "s3", Known: false},
 	}
-	if err := featureGate(fsm.AllocateType, base, servers); err != nil {
+	if err := featureGate("command type 5", base, servers); err != nil {
 		t.Fatalf("a level-1 command was gated: %v", err)
 	}
-	err := featureGate(fsm.TestNoopType, next, servers)
+	err := featureGate("command type 250", next, servers)
 	if !errors.Is(err, ErrFeatureUnavailable) {
 		t.Fatalf("gate: %v, want ErrFeatureUnavailable", err)
 	}
@@ -38,7 +38,7 @@ func TestFeatureGate(t *testing.T) {
 	if IsRetryable(err) {
 		t.Error("feature_unavailable is retryable")
 	}
-	if err := featureGate(fsm.TestNoopType, next, servers[:1]); err != nil {
+	if err := featureGate("command type 250", next, servers[:1]); err != nil {
 		t.Fatalf("gate with every server at level 2: %v", err)
 	}
 }
@@ -46,7 +46,7 @@ func TestFeatureGate(t *testing.T) {
 // newerEntry is a log entry of a command type this binary does not know,
 // as a leader of a newer dmsc writes it.
 func newerEntry() []byte {
-	return wrapLogEntryLevel(append([]byte{byte(fsm.TestNoopType)}, `{"time":1}`...), fsm.Since{Level: 4, Version: "0.4.0"})
+	return wrapLogEntryLevel(append([]byte{byte(fsm.TestNoopType)}, `{"time":1}`...), fsm.Since{Level: 5, Version: "0.5.0"})
 }
 
 func TestLogEntryOfANewerVersion(t *testing.T) {
@@ -55,7 +55,7 @@ func TestLogEntryOfANewerVersion(t *testing.T) {
 	}
 	_, err := DecodeLogEntry(newerEntry())
 	var nu *fsm.NeedsUpgradeError
-	if !errors.As(err, &nu) || nu.Type != fsm.TestNoopType || nu.Level != 4 || nu.Version != "0.4.0" {
+	if !errors.As(err, &nu) || nu.Type != fsm.TestNoopType || nu.Level != 5 || nu.Version != "0.5.0" {
 		t.Fatalf("decode: %v (%+v)", err, nu)
 	}
 	if !errors.Is(err, fsm.ErrUnknownCommand) || errors.Is(err, ErrCorruptEntry) {
@@ -75,7 +75,7 @@ func TestLogEntryOfANewerVersion(t *testing.T) {
 	}
 
 	f := NewRaftFSM(fsm.New())
-	f.version = "0.3.0"
+	f.version = "0.4.0"
 	ok, _ := EncodeLogEntry(&fsm.Tick{})
 	f.ApplyBatch([]*raft.Log{
 		{Index: 1, Type: raft.LogCommand, Data: ok},
@@ -85,7 +85,7 @@ func TestLogEntryOfANewerVersion(t *testing.T) {
 	if h == nil || h.Index != 2 || h.NeedsUpgrade() == nil {
 		t.Fatalf("halt: %v", h)
 	}
-	want := "log entry 2 has command type 250, which needs dmsc >= 0.4.0 (feature level 4); this server runs dmsc 0.3.0 (feature level 3): upgrade this server"
+	want := "log entry 2 has command type 250, which needs dmsc >= 0.5.0 (feature level 5); this server runs dmsc 0.4.0 (feature level 4): upgrade this server"
 	if h.Error() != want {
 		t.Fatalf("halt message\n got: %s\nwant: %s", h.Error(), want)
 	}
@@ -98,5 +98,32 @@ func TestLevelOneEntriesKeepFormat1(t *testing.T) {
 	b, err := EncodeLogEntry(&fsm.Allocate{})
 	if err != nil || b[0] != entryFormat1 {
 		t.Fatalf("allocate entry starts with 0x%02x (%v), want format 1", b[0], err)
+	}
+}
+
+// TestGangNeedsLevel4: an Allocate with gang fields needs feature level 4
+// (a server before it would place the request on one host): its entry
+// carries the level, and it decodes to the same command.
+func TestGangNeedsLevel4(t *testing.T) {
+	one := &fsm.Allocate{Request: fsm.Request{Claims: []fsm.Claim{{Type: fsm.GPU, Count: 16}}}}
+	gang := &fsm.Allocate{Request: fsm.Request{Claims: []fsm.Claim{{Type: fsm.GPU, Count: 16}}, MaxHosts: 2}}
+	if s, _ := fsm.CommandNeeds(one); s.Level != 1 {
+		t.Fatalf("a one-host Allocate needs level %d", s.Level)
+	}
+	s, _ := fsm.CommandNeeds(gang)
+	if s.Level != 4 || s.Version != "0.4.0" {
+		t.Fatalf("a gang needs %+v, want level 4 (0.4.0)", s)
+	}
+	b, err := EncodeLogEntry(gang)
+	if err != nil || b[0] != entryFormat2 || b[1] != 4 {
+		t.Fatalf("gang entry %x (%v): want format 2 at level 4", b[:min(len(b), 4)], err)
+	}
+	c, err := DecodeLogEntry(b)
+	if a, ok := c.(*fsm.Allocate); err != nil || !ok || a.Request.MaxHosts != 2 {
+		t.Fatalf("decode: %+v, %v", c, err)
+	}
+	servers := []serverLevel{{ID: "s1", Version: "0.4.0", Level: 4, Known: true}, {ID: "s2", Version: "0.3.0", Level: 3, Known: true}}
+	if err := featureGate("a gang", s, servers); !errors.Is(err, ErrFeatureUnavailable) || !strings.Contains(err.Error(), "s2 (dmsc 0.3.0, feature level 3)") {
+		t.Fatalf("gate with a level-3 server: %v", err)
 	}
 }

@@ -492,7 +492,10 @@ func timerKeyLess(a, b timerKey) bool {
 func (s *State) Queue() []*Allocation {
 	out := make([]*Allocation, 0, s.queue.Len())
 	s.queue.Ascend(func(k queueKey) bool {
-		out = append(out, s.allocs[k.id].clone())
+		a := s.allocs[k.id]
+		c := a.clone()
+		c.ExpectedStart = s.expectedStart(a)
+		out = append(out, c)
 		return true
 	})
 	return out

@@ -333,3 +333,35 @@ func TestGangValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGangExpectedStart: a waiting gang's expected start is when the
+// leases on its reserved hosts free enough devices; unknown (0) while a
+// device it needs is held without a lease.
+func TestGangExpectedStart(t *testing.T) {
+	h := newHarness(t)
+	h.must(labelledHost("h1", 2))
+	h.must(labelledHost("h2", 2))
+	lease := func(id string, ttl time.Duration) *Allocation {
+		r := Request{Claims: []Claim{{Type: GPU, Count: 1}}, LeaseTTL: ttl, Labels: LabelSelector{Required: map[string]string{"host": id}}}
+		return h.must(&Allocate{Request: r}).Allocation
+	}
+	a1 := lease("h1", 10*time.Minute)
+	lease("h2", 20*time.Minute)
+	g := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 4}}, MaxHosts: 2, Timeout: time.Hour}}).Allocation
+	got, _ := h.s.Allocation(g.ID)
+	if want := a1.AllocatedAt + int64(20*time.Minute) + int64(time.Millisecond); got.ExpectedStart != want {
+		t.Fatalf("expected start %v, want %v", time.Unix(0, got.ExpectedStart), time.Unix(0, want))
+	}
+	if q := h.s.Queue(); len(q) != 1 || q[0].ExpectedStart != got.ExpectedStart {
+		t.Fatalf("queue %+v", q)
+	}
+
+	// A device it needs held without a lease: the start is unknown.
+	h = newHarness(t)
+	h.must(labelledHost("h1", 2))
+	holdOn(h, "h1", 1, 0)
+	g = h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 2}}, MaxHosts: 2, Timeout: time.Hour}}).Allocation
+	if got, _ := h.s.Allocation(g.ID); len(got.Reserved) != 1 || got.ExpectedStart != 0 {
+		t.Fatalf("reserved %v, expected start %v with a device held without a lease", got.Reserved, got.ExpectedStart)
+	}
+}

@@ -340,8 +340,13 @@ type Allocation struct {
 	Hosts   []string     `json:"hosts,omitempty"`
 	Devices []Assignment `json:"devices,omitempty"`
 	// Reserved, on a waiting gang, are the hosts held for it: their
-	// devices of its first claim's type take no other work (gang.go).
+	// devices of its first claim's type take no other work (reserve.go).
 	Reserved []string `json:"reserved,omitempty"`
+	// ExpectedStart is derived, set only on what a read returns (never
+	// stored): for a waiting gang with a reservation, when the leases on
+	// its reserved hosts say enough devices will be free; 0 when some it
+	// needs are held without a lease.
+	ExpectedStart int64 `json:"expected_start,omitempty"`
 	// Seq orders allocations by arrival.
 	Seq         uint64 `json:"seq"`
 	CreateIndex uint64 `json:"create_index"`

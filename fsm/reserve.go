@@ -308,3 +308,50 @@ func (s *State) restoreReservations() error {
 	}
 	return nil
 }
+
+// expectedStart is when gang g, waiting with a reservation, should find
+// enough devices free on its reserved hosts: each device that passes its
+// first claim's filters frees when the last lease on it ends (now when it
+// is free); the gang starts when the count-th of them frees. 0 when it
+// has no reservation or needs a device held without a lease.
+func (s *State) expectedStart(g *Allocation) int64 {
+	if g.Status != Pending || len(g.Reserved) == 0 {
+		return 0
+	}
+	r := &g.Request
+	fits := s.fitting(r)
+	if len(fits[0]) == 0 {
+		return 0
+	}
+	q := s.newQuery(r, fits)
+	cl := &r.Claims[0]
+	var frees []int64
+	for _, id := range g.Reserved {
+		h := s.hosts[id]
+		if h == nil {
+			continue
+		}
+		for _, d := range s.hostTypeDevices(h, cl.Type) {
+			if d.Status != Available || !q.passes(d.cls, 0) {
+				continue
+			}
+			at := s.now
+			for _, aid := range d.Allocations {
+				a := s.allocs[aid]
+				if a == nil || a.LeaseExpiresAt == 0 {
+					at = 0
+					break
+				}
+				at = max(at, a.LeaseExpiresAt)
+			}
+			if at != 0 {
+				frees = append(frees, at)
+			}
+		}
+	}
+	if len(frees) < cl.Count {
+		return 0
+	}
+	slices.Sort(frees)
+	return frees[cl.Count-1]
+}

@@ -589,7 +589,9 @@ func (s *State) Allocation(id string) (*Allocation, bool) {
 	if a == nil {
 		return nil, false
 	}
-	return a.clone(), true
+	c := a.clone()
+	c.ExpectedStart = s.expectedStart(a)
+	return c, true
 }
 
 // PolicyOf returns the policy in force for a type and pool ("" for none).

@@ -25,7 +25,7 @@ type Since struct {
 }
 
 // baseLevel is the level of this release without test knobs.
-const baseLevel = 3
+const baseLevel = 4
 
 // commandSince is the table of every command type this binary knows.
 var commandSince = map[CommandType]Since{
@@ -52,7 +52,29 @@ var commandSince = map[CommandType]Since{
 }
 
 // levelVersions is the first version of each feature level, from 1.
-var levelVersions = []string{"0.1.0", "0.2.0", "0.3.0"}
+var levelVersions = []string{"0.1.0", "0.2.0", "0.3.0", "0.4.0"}
+
+// gangSince is when an Allocate may carry a gang (max_hosts,
+// min_per_host, same): a server before it would ignore those fields and
+// place the request on one host, so such an entry needs level 4.
+var gangSince = Since{Level: 4, Version: "0.4.0"}
+
+// CommandNeeds says what a command needs of every server: its type's
+// level (CommandSince), or more when its fields ask for a later feature
+// (an Allocate of a gang). ok is false for a type this binary does not
+// know.
+func CommandNeeds(c Command) (Since, bool) {
+	since, ok := CommandSince(c.Type())
+	if !ok {
+		return since, false
+	}
+	if a, isAlloc := c.(*Allocate); isAlloc && since.Level < gangSince.Level {
+		if r := &a.Request; r.MaxHosts != 0 || r.MinPerHost != 0 || r.Same != "" {
+			since = gangSince
+		}
+	}
+	return since, true
+}
 
 // TestNoopType is a command type known only to a binary started with the
 // test knob (EnableTestNoop): it stands for the command type a future
@@ -61,7 +83,7 @@ const TestNoopType CommandType = 250
 
 // testNoopSince is the level and version the test command pretends to
 // need.
-var testNoopSince = Since{Level: baseLevel + 1, Version: "0.4.0"}
+var testNoopSince = Since{Level: baseLevel + 1, Version: "0.5.0"}
 
 var testNoop atomic.Bool
 

@@ -164,8 +164,44 @@ type WhyNot struct {
 	HostsRejected int `json:"hosts_rejected,omitempty"`
 	// Quota, when set, is the limit of the namespace's quota the request
 	// would pass; Summary then says the same.
-	Quota   string `json:"quota,omitempty"`
-	Summary string `json:"summary"`
+	Quota string `json:"quota,omitempty"`
+	// Gang, for a gang, says what each host and domain could take of it.
+	Gang    *GangWhyNot `json:"gang,omitempty"`
+	Summary string      `json:"summary"`
+}
+
+// GangWhyNot is the why-not of a gang: what it could take of its first
+// claim now, per host and per domain.
+type GangWhyNot struct {
+	// Count devices over at most MaxHosts hosts, at least MinPerHost
+	// each, all with one value of host label Same (when set).
+	Count      int    `json:"count"`
+	MaxHosts   int    `json:"max_hosts"`
+	MinPerHost int    `json:"min_per_host"`
+	Same       string `json:"same,omitempty"`
+	// HostsAble can each take at least MinPerHost; Best are the hosts
+	// that could take the most (in the best domain with Same), BestTotal
+	// what they could take together.
+	HostsAble int        `json:"hosts_able"`
+	Best      []GangHost `json:"best,omitempty"`
+	BestTotal int        `json:"best_total"`
+	// Domains are the label's values that could take the most (with
+	// Same); HostsUnlabelled lack the label.
+	Domains         []GangDomain `json:"domains,omitempty"`
+	HostsUnlabelled int          `json:"hosts_unlabelled,omitempty"`
+}
+
+// GangHost is what one host could take of a gang.
+type GangHost struct {
+	Host string `json:"host"`
+	Take int    `json:"take"`
+}
+
+// GangDomain is what one value of a gang's Same label could take.
+type GangDomain struct {
+	Value     string `json:"value"`
+	HostsAble int    `json:"hosts_able"`
+	Total     int    `json:"total"`
 }
 
 // ClaimWhyNot is the filter breakdown for one claim.

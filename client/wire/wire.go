@@ -204,6 +204,13 @@ type Request struct {
 	// Pool restricts every claim without a pool of its own.
 	Pool   string        `json:"pool,omitempty"`
 	Labels LabelSelector `json:"labels,omitzero"`
+	// MaxHosts above 1 makes a gang: the first claim's devices over up to
+	// MaxHosts hosts, at least MinPerHost on each (1 when 0), every other
+	// claim whole on each; with Same, all hosts carry that host label
+	// with one value (a rack, a zone). Placed whole or not at all.
+	MaxHosts   int    `json:"max_hosts,omitempty"`
+	MinPerHost int    `json:"min_per_host,omitempty"`
+	Same       string `json:"same,omitempty"`
 }
 
 // AllocateRequest is the body of POST /v1/allocations.
@@ -282,15 +289,24 @@ type Allocation struct {
 	ID        string `json:"id"`
 	RequestID string `json:"request_id,omitempty"`
 	// Namespace is the namespace the allocation belongs to.
-	Namespace   string       `json:"namespace"`
-	Request     Request      `json:"request"`
-	Status      AllocStatus  `json:"status"`
-	Policy      Policy       `json:"policy"`
-	Host        string       `json:"host,omitempty"`
-	Devices     []Assignment `json:"devices,omitempty"`
-	Seq         uint64       `json:"seq"`
-	CreateIndex uint64       `json:"create_index"`
-	ModifyIndex uint64       `json:"modify_index"`
+	Namespace string      `json:"namespace"`
+	Request   Request     `json:"request"`
+	Status    AllocStatus `json:"status"`
+	Policy    Policy      `json:"policy"`
+	// Host is the allocation's host; a gang's first by ID, all of them
+	// in Hosts.
+	Host    string       `json:"host,omitempty"`
+	Hosts   []string     `json:"hosts,omitempty"`
+	Devices []Assignment `json:"devices,omitempty"`
+	// Reserved, on a waiting gang, are the hosts held for it: their
+	// devices of its first claim's type take no other work.
+	// ExpectedStart is when the leases on them say enough will be free
+	// (zero when unknown: a device it needs is held without a lease).
+	Reserved      []string  `json:"reserved,omitempty"`
+	ExpectedStart time.Time `json:"expected_start,omitzero"`
+	Seq           uint64    `json:"seq"`
+	CreateIndex   uint64    `json:"create_index"`
+	ModifyIndex   uint64    `json:"modify_index"`
 	// Times come from the leader's clock.
 	RequestedAt    time.Time `json:"requested_at,omitzero"`
 	AllocatedAt    time.Time `json:"allocated_at,omitzero"`

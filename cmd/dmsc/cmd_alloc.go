@@ -22,8 +22,10 @@ func (c *allocCommand) Help() string {
 Usage: dmsc alloc -type <type> [options]
 
   Asks the cluster for devices: -count devices of -type, each with at least
-  the given capabilities, all on one host. Prints the allocation; when
-  nothing fits, prints why not (what each filter removed) and exits 3.
+  the given capabilities, all on one host, or with -max-hosts over several
+  hosts at once (a gang). Prints the allocation; when nothing fits, prints
+  why not (what each filter removed, and for a gang what each host and
+  domain could take) and exits 3.
 
   With -timeout the request may wait in the queue that long; add -wait to
   block until it is placed or refused, else the pending allocation is
@@ -31,13 +33,26 @@ Usage: dmsc alloc -type <type> [options]
 
       dmsc alloc -type GPU -memory-gb 16
       dmsc alloc -type GPU -count 2 -custom model='A100-SXM4-80GB|H100 80GB HBM3' -timeout 5m -wait
-      dmsc alloc -type CPU -amount-compute-units 8 -ttl 1h -label zone=a`, `
+      dmsc alloc -type CPU -amount-compute-units 8 -ttl 1h -label zone=a
+      dmsc alloc -type GPU -count 32 -max-hosts 4 -same rack -timeout 1h`, `
 -type=<type>
       Device type: CPU, GPU, Memory, Storage, Network, Sensor, Actuator or
       Custom. Required.
 
   -count=<n>
       Number of devices. Default 1.
+
+  -max-hosts=<k>
+      Let the devices span up to k hosts, all placed at once or not at all
+      (a gang). Default 1: one host. A waiting gang reserves hosts as they
+      free, so smaller requests cannot starve it.
+
+  -min-per-host=<n>
+      With -max-hosts: at least n of the devices on each host. Default 1.
+
+  -same=<label>
+      With -max-hosts: every host carries this host label with one value
+      (rack, zone).
 
   -memory-gb, -compute-units, -storage-gb, -bandwidth-gbps=<n>
       Minimum capabilities of each device.
@@ -78,8 +93,8 @@ Usage: dmsc alloc -type <type> [options]
 func (c *allocCommand) Run(args []string) int {
 	fs := c.flags("alloc")
 	var (
-		typ, pool, requestID                                 string
-		count, priority                                      int
+		typ, pool, requestID, same                           string
+		count, priority, maxHosts, minPerHost                int
 		memGB, compute, storageGB, bandwidth                 float64
 		amountMem, amountCompute, amountStorage, amountBandw float64
 		timeout, ttl                                         time.Duration
@@ -88,6 +103,9 @@ func (c *allocCommand) Run(args []string) int {
 	)
 	fs.StringVar(&typ, "type", "", "")
 	fs.IntVar(&count, "count", 1, "")
+	fs.IntVar(&maxHosts, "max-hosts", 1, "")
+	fs.IntVar(&minPerHost, "min-per-host", 0, "")
+	fs.StringVar(&same, "same", "", "")
 	fs.Float64Var(&memGB, "memory-gb", 0, "")
 	fs.Float64Var(&compute, "compute-units", 0, "")
 	fs.Float64Var(&storageGB, "storage-gb", 0, "")
@@ -120,10 +138,16 @@ func (c *allocCommand) Run(args []string) int {
 	if len(custom) > 0 {
 		claim.Capabilities.Custom = custom
 	}
+	if maxHosts <= 1 && (minPerHost != 0 || same != "") {
+		return c.usageError("alloc", "-min-per-host and -same go with -max-hosts above 1")
+	}
 	req := client.AllocateRequest{RequestID: requestID, Request: client.Request{
 		Claims: []client.Claim{claim}, Priority: priority, Timeout: client.Duration(timeout),
 		LeaseTTL: client.Duration(ttl), Pool: pool,
 	}}
+	if maxHosts > 1 {
+		req.MaxHosts, req.MinPerHost, req.Same = maxHosts, minPerHost, same
+	}
 	if len(required) > 0 {
 		req.Labels.Required = required
 	}
@@ -174,7 +198,17 @@ func claimSummary(r client.Request) string {
 		}
 		parts[i] = s
 	}
-	return strings.Join(parts, " + ")
+	out := strings.Join(parts, " + ")
+	if r.MaxHosts > 1 {
+		out += fmt.Sprintf(" over <= %d hosts", r.MaxHosts)
+		if r.MinPerHost > 1 {
+			out += fmt.Sprintf(", >= %d each", r.MinPerHost)
+		}
+		if r.Same != "" {
+			out += ", one " + r.Same
+		}
+	}
+	return out
 }
 
 // deviceList prints the devices an allocation holds.
@@ -210,6 +244,18 @@ func formatAllocation(a *client.Allocation) string {
 	pairs = append(pairs,
 		[2]string{"Policy", orDash(string(a.Policy))},
 		[2]string{"Host", orDash(a.Host)},
+	)
+	if len(a.Hosts) > 1 {
+		pairs = append(pairs, [2]string{"Hosts", strings.Join(a.Hosts, ",")})
+	}
+	if len(a.Reserved) > 0 {
+		start := "unknown (a device it needs is held without a lease)"
+		if !a.ExpectedStart.IsZero() {
+			start = formatTime(a.ExpectedStart)
+		}
+		pairs = append(pairs, [2]string{"Reserved hosts", strings.Join(a.Reserved, ",")}, [2]string{"Expected start", start})
+	}
+	pairs = append(pairs,
 		[2]string{"Devices", deviceList(a)},
 		[2]string{"Requested", formatTime(a.RequestedAt)},
 	)

@@ -404,14 +404,39 @@ func formatWhyNot(w *client.WhyNot) string {
 		for i, r := range cl.Removed {
 			rows[i] = []string{fmt.Sprint(r.Count), r.Reason}
 		}
-		for _, line := range strings.Split(strings.TrimRight(table([]string{"REMOVED", "BECAUSE"}, rows), "\n"), "\n") {
-			b.WriteString("    " + line + "\n")
-		}
+		indentTable(&b, []string{"REMOVED", "BECAUSE"}, rows)
 	}
 	if w.HostsRejected > 0 {
 		fmt.Fprintf(&b, "\n  %d hosts had devices for each claim alone, but not for all claims together.\n", w.HostsRejected)
 	}
+	if g := w.Gang; g != nil {
+		fmt.Fprintf(&b, "\n  Gang: %d devices over at most %d hosts, at least %d each; %d hosts could take a part.\n",
+			g.Count, g.MaxHosts, g.MinPerHost, g.HostsAble)
+		if len(g.Best) > 0 {
+			rows := make([][]string, len(g.Best))
+			for i, h := range g.Best {
+				rows[i] = []string{h.Host, fmt.Sprint(h.Take)}
+			}
+			fmt.Fprintf(&b, "  The best %d hosts could take %d of %d:\n", len(g.Best), g.BestTotal, g.Count)
+			indentTable(&b, []string{"HOST", "COULD TAKE"}, rows)
+		}
+		if len(g.Domains) > 0 {
+			rows := make([][]string, len(g.Domains))
+			for i, d := range g.Domains {
+				rows[i] = []string{d.Value, fmt.Sprint(d.HostsAble), fmt.Sprint(d.Total)}
+			}
+			fmt.Fprintf(&b, "  By %s (%d hosts without the label):\n", g.Same, g.HostsUnlabelled)
+			indentTable(&b, []string{strings.ToUpper(g.Same), "HOSTS ABLE", "COULD TAKE"}, rows)
+		}
+	}
 	return b.String()
+}
+
+// indentTable writes a table indented under a why-not's line.
+func indentTable(b *strings.Builder, header []string, rows [][]string) {
+	for _, line := range strings.Split(strings.TrimRight(table(header, rows), "\n"), "\n") {
+		b.WriteString("    " + line + "\n")
+	}
 }
 
 // parentCommand is a command that only groups subcommands (dmsc device,
