@@ -216,8 +216,8 @@ func BenchmarkAllocRelease(b *testing.B) {
 }
 
 // benchShapes are the request shapes: one GPU, a claim of 4 GPUs, two
-// claims of 2 GPUs each, and a whole 8-GPU host, each with a memory
-// threshold from a fixed cycle.
+// claims of 2 GPUs each, a whole 8-GPU host, and a gang of 32 GPUs over
+// at most 8 hosts, each with a memory threshold from a fixed cycle.
 var benchShapes = []struct {
 	name string
 	req  func(i int) Request
@@ -234,6 +234,9 @@ var benchShapes = []struct {
 	}},
 	{"count8", func(i int) Request {
 		return Request{Claims: []Claim{gpuClaim(benchThresholds[i%len(benchThresholds)]/2, benchDevicesPerHost)}}
+	}},
+	{"gang32", func(i int) Request {
+		return Request{Claims: []Claim{gpuClaim(benchThresholds[i%len(benchThresholds)]/2, 32)}, MaxHosts: 8}
 	}},
 }
 
