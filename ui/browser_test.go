@@ -459,7 +459,8 @@ func TestUIAsksForToken(t *testing.T) {
 	b := newBrowser(t, 1100, 800)
 	b.setDenied(true)
 	b.run(chromedp.Navigate(c.base + "/ui/"))
-	if err := b.waitJS(`document.getElementById('token-dialog').open`, 10*time.Second); err != nil {
+	// The first page of a fresh browser: allow for a loaded machine.
+	if err := b.waitJS(`document.getElementById('token-dialog').open`, 30*time.Second); err != nil {
 		t.Fatalf("no token dialog with ACLs on: %v", err)
 	}
 	b.screenshot("token")

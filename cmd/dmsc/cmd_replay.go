@@ -141,6 +141,13 @@ Usage: dmsc replay [options]
       With -tenants: the fair-share usage half-life (replay time).
       Default 24h.
 
+  -gangs
+      -trace philly: each policy runs twice, first with every job on one
+      host (a job larger than a host is refused), then with the jobs
+      larger than a host as gangs over as few 8-GPU hosts as could hold
+      them; the report gives utilisation, and per job size the jobs that
+      ran and their queue wait p50/p95, side by side. In-process only.
+
   -parallel=<n>
       Replays run at the same time. Default GOMAXPROCS in process, 1
       with -local (each run has its cluster).
@@ -181,7 +188,7 @@ func (c *replayCommand) Run(args []string) int {
 		hosts, limit, parallel, samples, local               int
 		speedup                                              float64
 		timeout                                              time.Duration
-		quick, tenants                                       bool
+		quick, tenants, gangs                                bool
 		storage                                              string
 		halfLife                                             time.Duration
 	)
@@ -204,6 +211,7 @@ func (c *replayCommand) Run(args []string) int {
 	fs.IntVar(&local, "local", 0, "")
 	fs.StringVar(&storage, "local-storage", "disk", "")
 	fs.BoolVar(&tenants, "tenants", false, "")
+	fs.BoolVar(&gangs, "gangs", false, "")
 	fs.DurationVar(&halfLife, "half-life", 24*time.Hour, "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
@@ -269,10 +277,12 @@ func (c *replayCommand) Run(args []string) int {
 		return c.usageError("replay", "-hosts %d: want at least 1", hosts)
 	case timeout < 0 || timeout > fsm.MaxDuration:
 		return c.usageError("replay", "-timeout %v out of 0..%v", timeout, fsm.MaxDuration)
-	case plotFlag != "" && protocol != "fgd" && !tenants:
-		return c.usageError("replay", "-plot draws the fgd protocol's curves, or -tenants' waits")
-	case tenants && (traceName != "philly" || local > 0 || address):
-		return c.usageError("replay", "-tenants replays -trace philly in process (no -local or -address)")
+	case plotFlag != "" && protocol != "fgd" && !tenants && !gangs:
+		return c.usageError("replay", "-plot draws the fgd protocol's curves, or -tenants' or -gangs' waits")
+	case (tenants || gangs) && (traceName != "philly" || local > 0 || address):
+		return c.usageError("replay", "-tenants and -gangs replay -trace philly in process (no -local or -address)")
+	case tenants && gangs:
+		return c.usageError("replay", "-tenants and -gangs are two reports: give one")
 	case halfLife <= 0 || halfLife > fsm.MaxDuration:
 		return c.usageError("replay", "-half-life %v out of (0, %v]", halfLife, fsm.MaxDuration)
 	}
@@ -312,6 +322,9 @@ func (c *replayCommand) Run(args []string) int {
 		if tenants {
 			opts.Tenants, opts.Weights, opts.HalfLife = true, replay.TenantWeights(tasks), halfLife
 			return c.tenantTimeline(ctx, progress, runner, replay.PhillyHosts(hosts), tasks, policies, opts, plotFlag)
+		}
+		if gangs {
+			return c.gangTimeline(ctx, progress, runner, replay.PhillyHosts(hosts), tasks, policies, opts, plotFlag)
 		}
 		if err := c.announce(ctx, &runner, address, progress); err != nil {
 			return c.fail(err)
@@ -617,27 +630,93 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
+// timelineRun is one of two timeline replays run side by side.
+type timelineRun struct {
+	label string
+	tasks []replay.TimelineTask
+	opts  replay.TimelineOptions
+}
+
+// twoTimelines runs two timeline replays of every policy, one after the
+// other, each with its progress bar.
+func twoTimelines(ctx context.Context, progress io.Writer, runner replay.Runner, nodes []trace.Node, policies []fsm.Policy,
+	runs [2]timelineRun) ([2][]*replay.TimelineResult, error) {
+	var out [2][]*replay.TimelineResult
+	for i, r := range runs {
+		bar := newProgressBar(progress, r.label)
+		runner.Progress = bar.set
+		res, err := runner.Timeline(ctx, nodes, r.tasks, policies, r.opts)
+		bar.done()
+		if err != nil {
+			return out, err
+		}
+		out[i] = res
+	}
+	return out, nil
+}
+
+// gangTimeline runs the timeline protocol for each policy with every job
+// on one host, then with the jobs larger than a host as gangs, and prints
+// them side by side, by job size.
+func (c *replayCommand) gangTimeline(ctx context.Context, progress io.Writer, runner replay.Runner, nodes []trace.Node, tasks []replay.TimelineTask,
+	policies []fsm.Policy, opts replay.TimelineOptions, plotPath string) int {
+	perHost := replay.PhillyHost.GPUs
+	res, err := twoTimelines(ctx, progress, runner, nodes, policies, [2]timelineRun{
+		{"replay timeline, one host", tasks, opts}, {"replay timeline, gangs", replay.Gangs(tasks, perHost), opts}})
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		c.printJSON(map[string]any{"protocol": "timeline", "trace": "philly", "gangs": true, "nodes": len(nodes), "tasks": len(tasks),
+			"timeout_s": opts.Timeout.Seconds(), "one_host": res[0], "gangs_run": res[1]})
+		return 0
+	}
+	c.output(fmt.Sprintf("timeline protocol, one host against gangs: %d hosts of %d GPUs, %d tasks, timeout %v\n",
+		len(nodes), perHost, len(tasks), opts.Timeout))
+	for p := range policies {
+		one, gang := res[0][p], res[1][p]
+		var rows [][]string
+		for i, r := range []*replay.TimelineResult{one, gang} {
+			rows = append(rows, []string{string(r.Policy), []string{"one host", "gangs"}[i], strconv.Itoa(r.Placed), strconv.Itoa(r.TimedOut + r.Refused),
+				formatWait(r.WaitP50), formatWait(r.WaitP95), fmt.Sprintf("%.2f", r.MeanGPU)})
+		}
+		c.output(table([]string{"POLICY", "JOBS", "PLACED", "NOT PLACED", "WAIT P50", "WAIT P95", "MEAN GPU%"}, rows))
+		rows = rows[:0]
+		for i, a := range one.Sizes {
+			b := gang.Sizes[i]
+			rows = append(rows, []string{a.Label(), strconv.Itoa(a.Tasks), strconv.Itoa(a.Placed), strconv.Itoa(b.Placed),
+				formatWait(a.WaitP50), formatWait(b.WaitP50), formatWait(a.WaitP95), formatWait(b.WaitP95)})
+		}
+		c.output("")
+		c.output(table([]string{"GPUS", "JOBS", "RAN ONE HOST", "RAN GANGS", "P50 ONE HOST", "P50 GANGS", "P95 ONE HOST", "P95 GANGS"}, rows))
+		c.output(fmt.Sprintf("\n%s: mean GPU %.2f%% one host, %.2f%% gangs (%+.2f points); jobs placed %d and %d\n",
+			one.Policy, one.MeanGPU, gang.MeanGPU, gang.MeanGPU-one.MeanGPU, one.Placed, gang.Placed))
+		if plotPath != "" {
+			path := plotPath
+			if len(policies) > 1 {
+				path = strings.TrimSuffix(plotPath, filepath.Ext(plotPath)) + "-" + string(one.Policy) + filepath.Ext(plotPath)
+			}
+			title := fmt.Sprintf("Philly, %d hosts, %s: queue wait p95 by job size", len(nodes), one.Policy)
+			if err := replay.PlotSizes(title, one, gang, path); err != nil {
+				return c.fail(err)
+			}
+			c.output("Plot: " + path)
+		}
+	}
+	return 0
+}
+
 // tenantTimeline runs the timeline protocol with tenants for each policy,
 // the queue served by arrival and then by fair share, and prints them
 // side by side.
 func (c *replayCommand) tenantTimeline(ctx context.Context, progress io.Writer, runner replay.Runner, nodes []trace.Node, tasks []replay.TimelineTask,
 	policies []fsm.Policy, opts replay.TimelineOptions, plotPath string) int {
-	var byOrder [2][]*replay.TimelineResult
-	for i, fair := range []bool{false, true} {
-		o := opts
-		o.FairShare = fair
-		label := "replay timeline, FIFO"
-		if fair {
-			label = "replay timeline, fair share"
-		}
-		bar := newProgressBar(progress, label)
-		runner.Progress = bar.set
-		res, err := runner.Timeline(ctx, nodes, tasks, policies, o)
-		bar.done()
-		if err != nil {
-			return c.fail(err)
-		}
-		byOrder[i] = res
+	fair := opts
+	fair.FairShare = true
+	byOrder, err := twoTimelines(ctx, progress, runner, nodes, policies, [2]timelineRun{
+		{"replay timeline, FIFO", tasks, opts}, {"replay timeline, fair share", tasks, fair}})
+	if err != nil {
+		return c.fail(err)
 	}
 	if c.json {
 		c.printJSON(map[string]any{"protocol": "timeline", "trace": "philly", "tenants": true, "nodes": len(nodes), "tasks": len(tasks),

@@ -97,19 +97,9 @@ func PlotCurves(title string, lines []CurveLine, refs []RefPoint, path string) e
 // with its share of the GPU time against its entitlement in the labels;
 // saved to path (.png or .svg).
 func PlotTenants(title string, fifo, fair *TimelineResult, path string) error {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".png" && ext != ".svg" {
-		return fmt.Errorf("plot %s: want a .png or .svg file", path)
-	}
 	if len(fifo.Tenants) != len(fair.Tenants) {
 		return fmt.Errorf("plot %s: %d namespaces by FIFO, %d by fair share", path, len(fifo.Tenants), len(fair.Tenants))
 	}
-	p := plot.New()
-	p.Title.Text = title
-	p.Y.Label.Text = "queue wait p95 (minutes)"
-	p.Y.Min = 0
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
 	var names []string
 	var a, b plotter.Values
 	for i, t := range fifo.Tenants {
@@ -120,22 +110,56 @@ func PlotTenants(title string, fifo, fair *TimelineResult, path string) error {
 		a = append(a, t.WaitP95.Minutes())
 		b = append(b, fair.Tenants[i].WaitP95.Minutes())
 	}
-	w := vg.Points(9)
-	for i, v := range []plotter.Values{a, b} {
-		bars, err := plotter.NewBarChart(v, w)
+	return pairedBars(title, "virtual cluster (entitled % / share % of GPU time with fair share)", [2]string{"FIFO", "fair share"},
+		names, [2]plotter.Values{a, b}, vg.Points(9), path)
+}
+
+// pairedBars draws the queue wait p95 (minutes) of each named group by
+// two runs, bars side by side, into path (.png or .svg).
+func pairedBars(title, xLabel string, runs [2]string, names []string, values [2]plotter.Values, width vg.Length, path string) error {
+	ext := strings.ToLower(filepath.Ext(path))
+	if ext != ".png" && ext != ".svg" {
+		return fmt.Errorf("plot %s: want a .png or .svg file", path)
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = "queue wait p95 (minutes)"
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	for i, v := range values {
+		bars, err := plotter.NewBarChart(v, width)
 		if err != nil {
 			return fmt.Errorf("plot: %w", err)
 		}
 		bars.Color = palette[i]
 		bars.LineStyle.Width = 0
-		bars.Offset = vg.Length(2*i-1) * w / 2
+		bars.Offset = vg.Length(2*i-1) * width / 2
 		p.Add(bars)
-		p.Legend.Add([]string{"FIFO", "fair share"}[i], bars)
+		p.Legend.Add(runs[i], bars)
 	}
 	p.NominalX(names...)
-	p.X.Label.Text = "virtual cluster (entitled % / share % of GPU time with fair share)"
+	p.X.Label.Text = xLabel
 	if err := p.Save(9*vg.Inch, 4.5*vg.Inch, path); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil
+}
+
+// PlotSizes draws the queue wait p95 of each job size, with every job on
+// one host and with gangs, side by side; each size's label gives the
+// jobs that ran each way.
+func PlotSizes(title string, one, gangs *TimelineResult, path string) error {
+	if len(one.Sizes) != len(gangs.Sizes) {
+		return fmt.Errorf("plot %s: %d job sizes on one host, %d with gangs", path, len(one.Sizes), len(gangs.Sizes))
+	}
+	var names []string
+	var a, b plotter.Values
+	for i, s := range one.Sizes {
+		names = append(names, fmt.Sprintf("%s\n%d/%d ran", s.Label(), s.Placed, gangs.Sizes[i].Placed))
+		a = append(a, s.WaitP95.Minutes())
+		b = append(b, gangs.Sizes[i].WaitP95.Minutes())
+	}
+	return pairedBars(title, "GPUs per job (jobs that ran: one host / gangs)", [2]string{"one host", "gangs"},
+		names, [2]plotter.Values{a, b}, vg.Points(12), path)
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,22 @@ type TimelineTask struct {
 	Hold time.Duration
 	// Namespace is the tenant the task belongs to (TimelineOptions.Tenants).
 	Namespace string
+	// MaxHosts above 1 submits the task as a gang over up to that many
+	// hosts (Gangs).
+	MaxHosts int
+}
+
+// Gangs makes every task that asks for more GPUs than a host of perHost
+// has a gang over as few hosts as could hold it; the others stay on one
+// host.
+func Gangs(tasks []TimelineTask, perHost int) []TimelineTask {
+	out := slices.Clone(tasks)
+	for i := range out {
+		if n := out[i].Task.NumGPU; perHost > 0 && n > perHost {
+			out[i].MaxHosts = (n + perHost - 1) / perHost
+		}
+	}
+	return out
 }
 
 // OpenbTimeline turns openb pods into timeline tasks: each arrives at its
@@ -136,6 +153,88 @@ type TimelineResult struct {
 	// figures, with TimelineOptions.Tenants.
 	FairShare bool           `json:"fair_share,omitempty"`
 	Tenants   []TenantResult `json:"tenants,omitempty"`
+	// Sizes are the tasks' figures by how many GPUs they ask for.
+	Sizes []SizeResult `json:"sizes,omitempty"`
+}
+
+// SizeResult is the figures of the tasks of one size range: those that
+// ask for MinGPUs to MaxGPUs GPUs.
+type SizeResult struct {
+	MinGPUs  int           `json:"min_gpus"`
+	MaxGPUs  int           `json:"max_gpus"`
+	Tasks    int           `json:"tasks"`
+	Placed   int           `json:"placed"`
+	TimedOut int           `json:"timed_out"`
+	Refused  int           `json:"refused"`
+	WaitP50  time.Duration `json:"wait_p50_ns"`
+	WaitP95  time.Duration `json:"wait_p95_ns"`
+}
+
+// Label names the size range: "1", "3-4", "65-128".
+func (r SizeResult) Label() string {
+	if r.MinGPUs == r.MaxGPUs {
+		return strconv.Itoa(r.MinGPUs)
+	}
+	return fmt.Sprintf("%d-%d", r.MinGPUs, r.MaxGPUs)
+}
+
+// sizeRange is the range of GPU counts n falls in: 1, 2, then powers of
+// two (3-4, 5-8, 9-16, ...).
+func sizeRange(n int) (lo, hi int) {
+	if n <= 2 {
+		return n, n
+	}
+	hi = 4
+	for hi < n {
+		hi *= 2
+	}
+	return hi/2 + 1, hi
+}
+
+// sizeTally gathers the figures by size range.
+type sizeTally struct {
+	by    map[int]*SizeResult // by the range's MaxGPUs
+	waits map[int][]time.Duration
+}
+
+func newSizeTally() *sizeTally {
+	return &sizeTally{by: map[int]*SizeResult{}, waits: map[int][]time.Duration{}}
+}
+
+func (t *sizeTally) of(gpus int) *SizeResult {
+	lo, hi := sizeRange(gpus)
+	r := t.by[hi]
+	if r == nil {
+		r = &SizeResult{MinGPUs: lo, MaxGPUs: hi}
+		t.by[hi] = r
+	}
+	return r
+}
+
+func (t *sizeTally) placed(w waiting, at int64) {
+	r := t.of(w.gpus)
+	r.Placed++
+	t.waits[r.MaxGPUs] = append(t.waits[r.MaxGPUs], time.Duration(at-w.arrive))
+}
+
+// results are the size ranges' figures, smallest first.
+func (t *sizeTally) results() []SizeResult {
+	out := make([]SizeResult, 0, len(t.by))
+	for _, hi := range slices.Sorted(maps.Keys(t.by)) {
+		r := *t.by[hi]
+		r.WaitP50, r.WaitP95 = percentiles(t.waits[hi])
+		out = append(out, r)
+	}
+	return out
+}
+
+// percentiles are the p50 and p95 of waits (sorted here).
+func percentiles(w []time.Duration) (p50, p95 time.Duration) {
+	slices.Sort(w)
+	if n := len(w); n > 0 {
+		return w[(n-1)*50/100], w[(n-1)*95/100]
+	}
+	return 0, 0
 }
 
 // release is a scheduled end of an allocation.
@@ -171,6 +270,7 @@ type waiting struct {
 	demand   int64
 	deadline int64 // when it times out
 	ns       string
+	gpus     int
 }
 
 // ReasonOf names why a request could not be placed, from its why-not: the
@@ -365,7 +465,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 			return nil, err
 		}
 	}
-	tenants := newTenantTally(opts)
+	tenants, sizes := newTenantTally(opts), newSizeTally()
 	tg.begin()
 	res := &TimelineResult{Policy: opts.Policy, GPUs: int(capacity / MilliPerGPU), Reasons: map[string]int{}}
 	var first time.Duration
@@ -389,6 +489,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 		allocated += w.demand
 		waits = append(waits, time.Duration(at-w.arrive))
 		tenants.placed(w, at)
+		sizes.placed(w, at)
 		if w.hold > 0 {
 			seq++
 			heap.Push(&releases, release{at: at + w.hold, seq: seq, id: id, ns: w.ns, demand: w.demand})
@@ -422,6 +523,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 			} else {
 				res.TimedOut++
 				tenants.of(w.ns).TimedOut++
+				sizes.of(w.gpus).TimedOut++
 				res.Reasons[ReasonOf(a.why)]++
 			}
 		}
@@ -476,8 +578,12 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 			continue
 		}
 		req.Timeout = opts.Timeout
+		if tt.MaxHosts > 1 {
+			req.MaxHosts = tt.MaxHosts
+		}
 		now = max(now, at)
-		w := waiting{arrive: now, hold: int64(float64(tt.Hold) / speedup), demand: tt.Task.GPUDemand(), deadline: now + int64(opts.Timeout)}
+		w := waiting{arrive: now, hold: int64(float64(tt.Hold) / speedup), demand: tt.Task.GPUDemand(), deadline: now + int64(opts.Timeout),
+			gpus: tt.Task.NumGPU}
 		if opts.Tenants {
 			w.ns = tt.Namespace
 		}
@@ -485,6 +591,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 			w.hold = 1
 		}
 		tenants.of(w.ns).Tasks++
+		sizes.of(w.gpus).Tasks++
 		out, err := tg.allocate(ctx, req, w.ns, now)
 		switch {
 		case err != nil:
@@ -492,6 +599,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 		case out.refused:
 			res.Refused++
 			tenants.of(w.ns).Refused++
+			sizes.of(w.gpus).Refused++
 			res.Reasons[ReasonOf(out.why)]++
 		case out.status == fsm.Active:
 			placed(out.id, now, w)
@@ -514,6 +622,7 @@ func timeline(ctx context.Context, tg timelineTarget, nodes []trace.Node, tasks 
 	summarize(res, waits, steps, lastArrival, now, float64(capacity), opts.Samples)
 	res.FairShare = opts.Tenants && opts.FairShare
 	res.Tenants = tenants.results()
+	res.Sizes = sizes.results()
 	res.Elapsed = time.Since(begin)
 	return res, nil
 }
@@ -621,11 +730,7 @@ func (t *tenantTally) results() []TenantResult {
 		if totalT > 0 {
 			r.Share = 100 * t.gpuTime[ns] / totalT
 		}
-		w := t.waits[ns]
-		sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
-		if n := len(w); n > 0 {
-			r.WaitP50, r.WaitP95 = w[(n-1)*50/100], w[(n-1)*95/100]
-		}
+		r.WaitP50, r.WaitP95 = percentiles(t.waits[ns])
 		out = append(out, r)
 	}
 	return out

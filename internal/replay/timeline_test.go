@@ -168,3 +168,51 @@ func TestTimelineTenantsFairShare(t *testing.T) {
 		t.Fatalf("small's wait p95 %v FIFO, %v fair share; want 16s, 6s", wait[false], wait[true])
 	}
 }
+
+// TestTimelineGangs: a job larger than a host is refused on one host and
+// runs as a gang once enough hosts free; a waiting gang's reservation
+// keeps a later one-GPU job off the host it holds. The sizes table counts
+// each.
+func TestTimelineGangs(t *testing.T) {
+	nodes := []trace.Node{
+		{Name: "h1", CPUMilli: 1000, MemoryMiB: 1024, GPUs: 2, Model: "T4"},
+		{Name: "h2", CPUMilli: 1000, MemoryMiB: 1024, GPUs: 2, Model: "T4"},
+	}
+	tasks := []TimelineTask{
+		gpuTask("a", 1, 0, 10*time.Second),           // h1 (or h2) until 10s
+		gpuTask("big", 4, time.Second, time.Second),  // a gang: waits for a, runs 10s..11s
+		gpuTask("c", 1, 2*time.Second, time.Second),  // one GPU is free, but reserved for big: waits
+		gpuTask("d", 2, 20*time.Second, time.Second), // after: runs at once
+	}
+	one, err := Timeline(nodes, tasks, TimelineOptions{Policy: fsm.BestFit, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gangs, err := Timeline(nodes, Gangs(tasks, 2), TimelineOptions{Policy: fsm.BestFit, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Placed != 3 || one.TimedOut != 1 || gangs.Placed != 4 {
+		t.Fatalf("one host: %d placed, %d timed out; gangs: %d placed; want 3, 1, 4", one.Placed, one.TimedOut, gangs.Placed)
+	}
+	// c waited behind the gang's reservation to 11s, as did the gang to 10s.
+	if one.Waited != 0 || gangs.Waited != 2 || gangs.WaitMax != 9*time.Second {
+		t.Fatalf("waited %d one host, %d with gangs (max %v); want 0, 2 (9s)", one.Waited, gangs.Waited, gangs.WaitMax)
+	}
+	want := []SizeResult{
+		{MinGPUs: 1, MaxGPUs: 1, Tasks: 2, Placed: 2}, // waits 0 and 9s: p95 of two is the lower
+		{MinGPUs: 2, MaxGPUs: 2, Tasks: 1, Placed: 1},
+		{MinGPUs: 3, MaxGPUs: 4, Tasks: 1, Placed: 1, WaitP50: 9 * time.Second, WaitP95: 9 * time.Second},
+	}
+	if len(gangs.Sizes) != len(want) {
+		t.Fatalf("sizes %+v", gangs.Sizes)
+	}
+	for i, w := range want {
+		if gangs.Sizes[i] != w {
+			t.Errorf("size %s: %+v, want %+v", w.Label(), gangs.Sizes[i], w)
+		}
+	}
+	if l := gangs.Sizes[2].Label(); l != "3-4" {
+		t.Errorf("label %q", l)
+	}
+}

@@ -106,8 +106,12 @@ function labels(m) {
 }
 
 function claims(req) {
-  return ((req && req.claims) || []).map((c) => `${c.count}× ${esc(c.type)}${c.pool ? ' @' + esc(c.pool) : ''}${c.amount && Object.keys(c.amount).length ? ' (' + esc(resources(c.amount)) + ')' : ''}`).join(', ');
+  const list = ((req && req.claims) || []).map((c) => `${c.count}× ${esc(c.type)}${c.pool ? ' @' + esc(c.pool) : ''}${c.amount && Object.keys(c.amount).length ? ' (' + esc(resources(c.amount)) + ')' : ''}`).join(', ');
+  return req && req.max_hosts > 1 ? `${list} over ≤${esc(req.max_hosts)} hosts${req.same ? ', one ' + esc(req.same) : ''}` : list;
 }
+
+// hosts is an allocation's host, or a gang's hosts.
+function hosts(a) { return esc((a.hosts && a.hosts.length ? a.hosts.join(', ') : a.host) || '–'); }
 
 function kv(pairs) {
   return `<dl class="kv">${pairs.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${v}</dd>`).join('')}</dl>`;
@@ -346,11 +350,11 @@ views.allocations = {
     }
     if (f.tab === 'history') {
       return table(['ID', 'Status', 'Namespace', 'Claims', 'Host', 'Requested', 'Ended', 'Reason'], list.map((a) => [
-        id(a), badge(a.status), esc(a.namespace), claims(a.request), esc(a.host || '–'), esc(when(a.requested_at)), esc(when(a.ended_at)),
+        id(a), badge(a.status), esc(a.namespace), claims(a.request), hosts(a), esc(when(a.requested_at)), esc(when(a.ended_at)),
         esc(a.reason || (a.why_not && a.why_not.summary) || '')]), 'The history is empty.');
     }
     return table(['ID', 'Status', 'Namespace', 'Claims', 'Host', 'Devices', 'Policy', 'Allocated', 'Lease'], list.map((a) => [
-      id(a), allocBadge(a), esc(a.namespace), claims(a.request), esc(a.host || '–'),
+      id(a), allocBadge(a), esc(a.namespace), claims(a.request), hosts(a),
       (a.devices || []).map((d) => `<code>${esc(d.device_id)}</code>`).join(' '), esc(a.policy), esc(when(a.allocated_at)),
       a.lease_expires_at ? esc(ago(a.lease_expires_at)) : 'none']), 'No allocation is active.');
   },
@@ -374,7 +378,8 @@ views.allocation = {
     const req = a.request || {};
     let html = kv([
       ['ID', `<code>${esc(a.id)}</code>`], ['Status', allocBadge(a)], ['Namespace', esc(a.namespace)], ['Request ID', esc(a.request_id || '–')],
-      ['Policy', esc(a.policy)], ['Priority', esc(req.priority || 0)], ['Host', esc(a.host || '–')],
+      ['Policy', esc(a.policy)], ['Priority', esc(req.priority || 0)], [a.hosts && a.hosts.length ? 'Hosts' : 'Host', hosts(a)],
+      ['Reserved hosts', a.reserved ? `${esc(a.reserved.join(', '))}; expected start ${a.expected_start ? esc(when(a.expected_start)) : 'unknown'}` : '–'],
       ['Requested', esc(when(a.requested_at))], ['Allocated', esc(when(a.allocated_at))], ['Ended', esc(when(a.ended_at))],
       ['Deadline', a.deadline ? `${esc(when(a.deadline))} (${esc(ago(a.deadline))})` : '–'],
       ['Lease expires', a.lease_expires_at ? `${esc(when(a.lease_expires_at))} (${esc(ago(a.lease_expires_at))})` : '–'],
@@ -394,6 +399,15 @@ views.allocation = {
         html += `<h3>Claim ${esc(c.claim)}: ${esc(c.count)}× ${esc(c.type)}</h3>` + table(['Dropped because', 'Devices'],
           (c.removed || []).map((r) => [esc(r.reason), `<span class="num">${esc(r.count)}</span>`]), 'No device was dropped.')
           + `<p class="muted">${esc(c.fitting)} fitting devices; ${esc(c.hosts_with_some)} hosts with some, ${esc(c.hosts_with_enough)} with enough.</p>`;
+      }
+      const g = w.gang;
+      if (g) {
+        html += `<h3>Gang: ${esc(g.count)} devices over at most ${esc(g.max_hosts)} hosts, at least ${esc(g.min_per_host)} each${g.same ? ', one ' + esc(g.same) : ''}</h3>`
+          + `<p class="muted">${esc(g.hosts_able)} hosts could take a part; the best ${esc((g.best || []).length)} could take ${esc(g.best_total)}.</p>`
+          + table(['Host', 'Could take'], (g.best || []).map((h) => [esc(h.host), `<span class="num">${esc(h.take)}</span>`]), 'No host could take a part.');
+        if (g.same) {
+          html += table([g.same, 'Hosts able', 'Could take'], (g.domains || []).map((d) => [esc(d.value), esc(d.hosts_able), `<span class="num">${esc(d.total)}</span>`]), `No host carries ${g.same}.`);
+        }
       }
       html += '</div>';
     }
