@@ -76,14 +76,14 @@ func labelSelectorFromWire(l wire.LabelSelector) fsm.LabelSelector {
 func claimToWire(c fsm.Claim) wire.Claim {
 	return wire.Claim{
 		Type: wire.DeviceType(c.Type), Count: c.Count, Pool: c.Pool,
-		Capabilities: capabilitiesToWire(c.Capabilities), Amount: resourcesToWire(c.Amount),
+		Capabilities: capabilitiesToWire(c.Capabilities), Amount: resourcesToWire(c.Amount), Topology: c.Topology,
 	}
 }
 
 func claimFromWire(c wire.Claim) fsm.Claim {
 	return fsm.Claim{
 		Type: fsm.DeviceType(c.Type), Count: c.Count, Pool: c.Pool,
-		Capabilities: capabilitiesFromWire(c.Capabilities), Amount: resourcesFromWire(c.Amount),
+		Capabilities: capabilitiesFromWire(c.Capabilities), Amount: resourcesFromWire(c.Amount), Topology: c.Topology,
 	}
 }
 
@@ -197,6 +197,7 @@ func DeviceSpecToWire(d fsm.DeviceSpec) wire.DeviceSpec {
 	return wire.DeviceSpec{
 		ID: d.ID, Type: wire.DeviceType(d.Type), Name: d.Name, Pool: d.Pool,
 		Capabilities: capabilitiesToWire(d.Capabilities), Labels: d.Labels, Shareable: d.Shareable,
+		Topology: (*wire.Topology)(d.Topology),
 	}
 }
 
@@ -206,6 +207,7 @@ func DeviceSpecFromWire(d wire.DeviceSpec) fsm.DeviceSpec {
 	return fsm.DeviceSpec{
 		ID: d.ID, Type: fsm.DeviceType(d.Type), Name: d.Name, Pool: d.Pool,
 		Capabilities: capabilitiesFromWire(d.Capabilities), Labels: d.Labels, Shareable: d.Shareable,
+		Topology: (*fsm.Topology)(d.Topology),
 	}
 }
 

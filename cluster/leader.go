@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -243,6 +244,10 @@ func (n *Node) reconcileHosts(ctx context.Context, list []memberInfo, byID map[s
 	}
 	wg.Wait()
 	for _, r := range results {
+		if errors.Is(r.err, errTopologyLater) {
+			n.hostRetry[r.id] = now.Add(20 * n.cfg.ReconcileInterval)
+			continue
+		}
 		if r.err != nil {
 			if ctx.Err() == nil {
 				n.log.Warn("registering host failed", "host", r.id, "error", r.err)
@@ -298,7 +303,18 @@ func (n *Node) registerHost(ctx context.Context, m memberInfo) error {
 	spec.ID = m.id
 	spec.Address = m.meta.RPC
 	n.log.Info("registering host", "host", m.id, "devices", len(inv.Devices))
-	res, err := n.applyLeader(ctx, &fsm.RegisterHost{Host: spec, Devices: inv.Devices, InventoryHash: hash})
+	cmd := &fsm.RegisterHost{Host: spec, Devices: inv.Devices, InventoryHash: hash}
+	res, err := n.applyLeader(ctx, cmd)
+	if errors.Is(err, ErrFeatureUnavailable) && stripTopology(cmd) {
+		// A server of an earlier release would not keep the devices'
+		// topology: register them without it, and with no hash, so that a
+		// later reconcile registers them whole once every server can.
+		n.log.Warn("registering host without its devices' topology until every server supports it", "host", m.id, "reason", err)
+		cmd.InventoryHash = ""
+		if res, err = n.applyLeader(ctx, cmd); err == nil && res.Err == nil {
+			return errTopologyLater
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -306,6 +322,25 @@ func (n *Node) registerHost(ctx context.Context, m memberInfo) error {
 		return res.Err
 	}
 	return nil
+}
+
+// errTopologyLater: a host was registered without its devices' topology,
+// which an older server would not keep; its registration is tried whole
+// again after a longer wait.
+var errTopologyLater = errors.New("registered without the devices' topology")
+
+// stripTopology takes the topology off cmd's devices (copies of them) and
+// reports whether any had one.
+func stripTopology(cmd *fsm.RegisterHost) bool {
+	had := false
+	devs := make([]fsm.DeviceSpec, len(cmd.Devices))
+	for i, d := range cmd.Devices {
+		had = had || d.Topology != nil
+		d.Topology = nil
+		devs[i] = d
+	}
+	cmd.Devices = devs
+	return had
 }
 
 // bootstrapLoop starts a new cluster once BootstrapExpect servers with the

@@ -98,7 +98,7 @@ func (n *Node) checkFeature(ctx context.Context, cmd fsm.Command) error {
 	}
 	what := fmt.Sprintf("command type %d", cmd.Type())
 	if typeSince, _ := fsm.CommandSince(cmd.Type()); typeSince != since {
-		what = fmt.Sprintf("a gang (command type %d with max_hosts, min_per_host or same)", cmd.Type())
+		what = fmt.Sprintf("command type %d with a gang or a topology", cmd.Type())
 	}
 	return featureGate(what, since, n.serverLevels(cfg))
 }

@@ -64,6 +64,8 @@ func validateRequest(r *Request) *Error {
 			return errf(ErrInvalid, "claim %d: a capability is negative, infinite or NaN", i)
 		case !c.Amount.valid():
 			return errf(ErrInvalid, "claim %d: an amount is negative, infinite or NaN", i)
+		case !validClaimTopology(c.Topology):
+			return errf(ErrInvalid, "claim %d: topology %q is not %q or empty", i, c.Topology, TopologyNVLink)
 		}
 	}
 	return validateGang(r)

@@ -145,6 +145,9 @@ type DeviceSpec struct {
 	Capabilities Capabilities      `json:"capabilities"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Shareable    bool              `json:"shareable,omitempty"`
+	// Topology is the device's NUMA node and links on its host
+	// (topology.go).
+	Topology *Topology `json:"topology,omitempty"`
 }
 
 // Device is a device in the scheduler state.
@@ -229,6 +232,9 @@ type Claim struct {
 	// Amount is what the claim takes from each shareable device. Zero takes
 	// a whole device. Exclusive devices are always taken whole.
 	Amount Resources `json:"amount"`
+	// Topology "nvlink" takes only devices linked by NVLink pairwise;
+	// empty prefers the best-linked devices (topology.go).
+	Topology string `json:"topology,omitempty"`
 }
 
 // Request is what a client asks for: every claim lands on one host, at

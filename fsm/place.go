@@ -139,7 +139,7 @@ func (o inOrder) onHost(s *State, h *Host, q *query, ov *overlay) []Assignment {
 
 // takeOnHost picks devices on h for every claim in order, each claim
 // taking the first of the host's fitting devices in the device order
-// (ties by ID). It returns nil if the host cannot take the request, and
+// (ties by ID), as the devices' topology allows and prefers (topology.go). It returns nil if the host cannot take the request, and
 // the overlay that adds what it took to ov.
 func (s *State) takeOnHost(h *Host, q *query, order *deviceOrder, ov *overlay) ([]Assignment, *overlay) {
 	if h == nil || !h.Schedulable() {
@@ -150,6 +150,7 @@ func (s *State) takeOnHost(h *Host, q *query, order *deviceOrder, ov *overlay) (
 	// claim costs no copy.
 	local, copied := ov, false
 	var assign []Assignment
+	var numas []int // of the GPUs taken, for the CPU and memory claims
 	cands := s.idx.cands[:0]
 	defer func() { s.idx.cands = cands[:0] }()
 	for i := range q.r.Claims {
@@ -167,13 +168,25 @@ func (s *State) takeOnHost(h *Host, q *query, order *deviceOrder, ov *overlay) (
 			return nil, nil
 		}
 		slices.SortFunc(cands, rankedLess)
+		if cl.Type == CPU || cl.Type == Memory {
+			nearNUMA(cands, numas)
+		}
+		pick := cands[:cl.Count]
+		if cl.Count > 1 || cl.Topology != "" {
+			if pick = linked(cands, cl.Count, cl.Topology == TopologyNVLink); pick == nil {
+				return nil, nil
+			}
+		}
 		if !copied {
 			local, copied = ov.clone(), true
 		}
-		for _, c := range cands[:cl.Count] {
+		for _, c := range pick {
 			amt, _ := take(c.d.cls, cl)
 			local.add(c.d.ID, amt, 1)
 			assign = append(assign, Assignment{DeviceID: c.d.ID, Claim: i, Amount: amt.resources()})
+			if t := c.d.Topology; cl.Type == GPU && t != nil && t.NUMA != nil && !slices.Contains(numas, *t.NUMA) {
+				numas = append(numas, *t.NUMA)
+			}
 		}
 	}
 	return assign, local

@@ -134,6 +134,9 @@ func precheckHost(c *RegisterHost) *Error {
 		case !d.Capabilities.Resources.valid():
 			return errf(ErrInvalid, "device %q has a negative, infinite or NaN capability", d.ID)
 		}
+		if why := validTopology(d.Topology); why != "" {
+			return errf(ErrInvalid, "device %q: topology: %s", d.ID, why)
+		}
 		seen[d.ID] = true
 	}
 	return nil

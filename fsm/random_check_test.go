@@ -447,7 +447,7 @@ func clearlyFree(d *fsm.Device, r *fsm.Request, i int) bool {
 func (v *publicView) fitHost(r *fsm.Request, own string) string {
 	types := map[fsm.DeviceType]bool{}
 	for _, c := range r.Claims {
-		if types[c.Type] {
+		if types[c.Type] || c.Topology != "" { // nor the links a claim requires
 			return ""
 		}
 		types[c.Type] = true

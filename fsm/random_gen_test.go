@@ -347,7 +347,34 @@ func (g *cmdGen) freshDevices(hostID string) []fsm.DeviceSpec {
 	for i := range out {
 		out[i] = g.device(hostID)
 	}
+	if g.chance(35) {
+		g.topology(out)
+	}
 	return out
+}
+
+// topology gives a host's devices NUMA nodes and its GPUs links to one
+// another: NVLink, PCIe under one or several switches, or across nodes.
+func (g *cmdGen) topology(devs []fsm.DeviceSpec) {
+	for i := range devs {
+		numa := g.rng.Intn(2)
+		devs[i].Topology = &fsm.Topology{NUMA: &numa}
+	}
+	for i := range devs {
+		for j := i + 1; j < len(devs); j++ {
+			if devs[i].Type != fsm.GPU || devs[j].Type != fsm.GPU {
+				continue
+			}
+			l := pick(g, "NV12", "NV4", "PIX", "PXB", "NODE", "SYS")
+			for _, ab := range [][2]int{{i, j}, {j, i}} {
+				t := devs[ab[0]].Topology
+				if t.Links == nil {
+					t.Links = map[string]string{}
+				}
+				t.Links[devs[ab[1]].ID] = l
+			}
+		}
+	}
 }
 
 func (g *cmdGen) hostLabelsFor(hostID string) map[string]string {
@@ -480,6 +507,9 @@ func (g *cmdGen) claim(v *publicView) fsm.Claim {
 	}
 	if g.chance(10) {
 		c.Pool = pick(g, "p1", "p2", "default")
+	}
+	if t == fsm.GPU && c.Count > 1 && g.chance(20) {
+		c.Topology = fsm.TopologyNVLink
 	}
 	return c
 }

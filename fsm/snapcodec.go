@@ -103,6 +103,17 @@ func (e *enc) device(d *Device) {
 	e.str(string(d.Status))
 	e.res(d.Used)
 	e.strs(d.Allocations)
+	if t := d.Topology; t != nil {
+		// Tag 1 after the fields: a topology; devices without one keep
+		// their bytes.
+		e.b = append(e.b, 1)
+		numa := -1
+		if t.NUMA != nil {
+			numa = *t.NUMA
+		}
+		e.int(numa)
+		e.strMap(t.Links)
+	}
 }
 
 func (e *enc) request(r *Request) {
@@ -164,6 +175,13 @@ func (e *enc) alloc(a *Allocation) (dev int) {
 		e.str(a.Request.Same)
 		e.strs(a.Hosts)
 		e.strs(a.Reserved)
+	}
+	if slices.ContainsFunc(a.Request.Claims, func(c Claim) bool { return c.Topology != "" }) {
+		// Tag 6: the claims' topologies, one per claim.
+		e.b = append(e.b, 6)
+		for i := range a.Request.Claims {
+			e.str(a.Request.Claims[i].Topology)
+		}
 	}
 	if p := a.Preempting; p != nil {
 		// Tag 3 after the why-not tags: a reclaim's mark, on an active
@@ -510,6 +528,17 @@ func (d *dec) device() *Device {
 	v.Status = DeviceStatus(d.sym())
 	v.Used = d.res()
 	v.Allocations = d.strList()
+	if len(d.b) > 0 && d.b[0] == 1 {
+		d.b = d.b[1:]
+		t := &Topology{}
+		if n := d.int(); n >= 0 {
+			t.NUMA = &n
+		} else if n != -1 {
+			d.fail()
+		}
+		t.Links = d.strMap()
+		v.Topology = t
+	}
 	return v
 }
 
@@ -635,6 +664,14 @@ func (d *dec) allocInto(a *Allocation) {
 		a.Reserved = d.symList()
 		if !a.Request.IsGang() {
 			d.fail() // tag 5 says it is one
+		}
+	}
+	if len(d.b) > 0 && d.b[0] == 6 {
+		d.b = d.b[1:]
+		// The claims may be shared with other records (shareClaims).
+		a.Request.Claims = slices.Clone(a.Request.Claims)
+		for i := range a.Request.Claims {
+			a.Request.Claims[i].Topology = d.sym()
 		}
 	}
 	if len(d.b) > 0 && d.b[0] == 3 {

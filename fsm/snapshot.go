@@ -754,6 +754,9 @@ func (s *State) restoreDevice(d *Device) error {
 		// What RegisterHost refuses, a snapshot cannot bring in.
 		return errf(ErrSnapshot, "device %q has a negative, infinite or NaN capability", d.ID)
 	}
+	if why := validTopology(d.Topology); why != "" {
+		return errf(ErrSnapshot, "device %q: topology: %s", d.ID, why)
+	}
 	s.devices[d.ID] = d
 	s.addClassDevice(d)
 	s.agg.countDevice(d, 1)

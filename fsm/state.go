@@ -260,31 +260,14 @@ const MaxDevicesPerHost = 4096
 const MaxInventoryHashLength = 64
 
 func (s *State) registerHost(c *RegisterHost) Result {
-	if !ValidID(c.Host.ID) {
-		return Result{Err: errf(ErrInvalid, "host id %q is not 1 to %d letters, digits or -_.:@+=", c.Host.ID, MaxIDLength)}
-	}
-	if len(c.Devices) > MaxDevicesPerHost {
-		return Result{Err: errf(ErrInvalid, "host %q reports %d devices, more than %d", c.Host.ID, len(c.Devices), MaxDevicesPerHost)}
+	if err := precheckHost(c); err != nil {
+		return Result{Err: err}
 	}
 	if len(c.InventoryHash) > MaxInventoryHashLength {
 		return Result{Err: errf(ErrInvalid, "host %q: inventory hash longer than %d", c.Host.ID, MaxInventoryHashLength)}
 	}
-	seen := map[string]bool{}
 	for i := range c.Devices {
 		d := &c.Devices[i]
-		switch {
-		case !ValidID(d.ID):
-			return Result{Err: errf(ErrInvalid, "device %d: id %q is not 1 to %d letters, digits or -_.:@+=", i, d.ID, MaxIDLength)}
-		case d.Pool != "" && !ValidID(d.Pool):
-			return Result{Err: errf(ErrInvalid, "device %q: pool %q is not a valid id", d.ID, d.Pool)}
-		case seen[d.ID]:
-			return Result{Err: errf(ErrInvalid, "duplicate device id %q", d.ID)}
-		case !d.Type.Valid():
-			return Result{Err: errf(ErrInvalid, "device %q has unknown type %q", d.ID, d.Type)}
-		case !d.Capabilities.Resources.valid():
-			return Result{Err: errf(ErrInvalid, "device %q has a negative, infinite or NaN capability", d.ID)}
-		}
-		seen[d.ID] = true
 		if old := s.devices[d.ID]; old != nil && old.Host != c.Host.ID {
 			return Result{Err: errf(ErrConflict, "device %q belongs to host %q", d.ID, old.Host)}
 		}
@@ -382,7 +365,7 @@ func specEqual(a, b DeviceSpec) bool {
 		a.Capabilities.Resources != b.Capabilities.Resources {
 		return false
 	}
-	return mapEqual(a.Capabilities.Custom, b.Capabilities.Custom) && mapEqual(a.Labels, b.Labels)
+	return mapEqual(a.Capabilities.Custom, b.Capabilities.Custom) && mapEqual(a.Labels, b.Labels) && topologyEqual(a.Topology, b.Topology)
 }
 
 func mapEqual(a, b map[string]string) bool {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 )
 
@@ -54,24 +55,32 @@ var commandSince = map[CommandType]Since{
 // levelVersions is the first version of each feature level, from 1.
 var levelVersions = []string{"0.1.0", "0.2.0", "0.3.0", "0.4.0"}
 
-// gangSince is when an Allocate may carry a gang (max_hosts,
-// min_per_host, same): a server before it would ignore those fields and
-// place the request on one host, so such an entry needs level 4.
-var gangSince = Since{Level: 4, Version: "0.4.0"}
+// topologySince is when an Allocate may carry a gang (max_hosts,
+// min_per_host, same) or a claim's topology, and a RegisterHost devices'
+// topology: a server before it would ignore those fields (place the
+// request on one host, choose other devices), so such an entry needs
+// level 4.
+var topologySince = Since{Level: 4, Version: "0.4.0"}
 
 // CommandNeeds says what a command needs of every server: its type's
 // level (CommandSince), or more when its fields ask for a later feature
-// (an Allocate of a gang). ok is false for a type this binary does not
-// know.
+// (a gang, a topology). ok is false for a type this binary does not know.
 func CommandNeeds(c Command) (Since, bool) {
 	since, ok := CommandSince(c.Type())
-	if !ok {
-		return since, false
+	if !ok || since.Level >= topologySince.Level {
+		return since, ok
 	}
-	if a, isAlloc := c.(*Allocate); isAlloc && since.Level < gangSince.Level {
-		if r := &a.Request; r.MaxHosts != 0 || r.MinPerHost != 0 || r.Same != "" {
-			since = gangSince
-		}
+	later := false
+	switch c := c.(type) {
+	case *Allocate:
+		r := &c.Request
+		later = r.MaxHosts != 0 || r.MinPerHost != 0 || r.Same != "" ||
+			slices.ContainsFunc(r.Claims, func(cl Claim) bool { return cl.Topology != "" })
+	case *RegisterHost:
+		later = slices.ContainsFunc(c.Devices, func(d DeviceSpec) bool { return d.Topology != nil })
+	}
+	if later {
+		since = topologySince
 	}
 	return since, true
 }

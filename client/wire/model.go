@@ -119,6 +119,9 @@ type Claim struct {
 	// Amount is what the claim takes from each shareable device. Zero
 	// takes a whole device. Exclusive devices are always taken whole.
 	Amount Resources `json:"amount"`
+	// Topology "nvlink" takes only devices linked by NVLink pairwise;
+	// empty prefers the best-linked devices of a host.
+	Topology string `json:"topology,omitempty"`
 }
 
 // Assignment is one device taken by an allocation, for one claim.
@@ -137,6 +140,18 @@ type DeviceSpec struct {
 	Capabilities Capabilities      `json:"capabilities"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Shareable    bool              `json:"shareable,omitempty"`
+	// Topology is the device's NUMA node and its links to the host's
+	// other devices (GPUs: as nvidia-smi topo -m reports them).
+	Topology *Topology `json:"topology,omitempty"`
+}
+
+// Topology is where a device sits on its host.
+type Topology struct {
+	// NUMA is the device's NUMA node, when known.
+	NUMA *int `json:"numa,omitempty"`
+	// Links are its links to other devices of the host, by device ID:
+	// "NV<n>" (n bonded NVLinks), "PIX", "PXB", "PHB", "NODE" or "SYS".
+	Links map[string]string `json:"links,omitempty"`
 }
 
 // Device is a device as the API shows it.

@@ -14,8 +14,9 @@ import (
 )
 
 // fakeNVIDIASMI installs the fake nvidia-smi of the discover tests, printing
-// the named recording.
-func fakeNVIDIASMI(t *testing.T, recording string) string {
+// the named recording, and for topo -m the named topology recording
+// (none: the tool fails it).
+func fakeNVIDIASMI(t *testing.T, recording, topo string) string {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "..", "internal", "discover", "testdata", "fake-nvidia-smi"))
 	if err != nil {
@@ -32,6 +33,14 @@ func fakeNVIDIASMI(t *testing.T, recording string) string {
 	t.Setenv("FAKE_NVIDIA_SMI_RECORDING", rec)
 	t.Setenv("FAKE_NVIDIA_SMI_EXIT", "0")
 	t.Setenv("FAKE_NVIDIA_SMI_OLD_DRIVER", "")
+	t.Setenv("FAKE_NVIDIA_SMI_TOPO", "")
+	if topo != "" {
+		path, err := filepath.Abs(filepath.Join("..", "..", "internal", "discover", "testdata", topo))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("FAKE_NVIDIA_SMI_TOPO", path)
+	}
 	return bin
 }
 
@@ -45,6 +54,7 @@ func TestCollectInventory(t *testing.T) {
 		name     string
 		args     []string
 		nvidia   string
+		topo     string
 		types    map[fsm.DeviceType]int
 		labels   map[string]string
 		warnHas  string
@@ -59,8 +69,10 @@ func TestCollectInventory(t *testing.T) {
 			types:   map[fsm.DeviceType]int{fsm.GPU: 2, fsm.CPU: 1, fsm.Memory: 1, fsm.Storage: 1, fsm.Network: 1},
 			labels:  map[string]string{"rack": "r1", "row": "2", "zone": "eu-west-1a"},
 			warnHas: "the node name is used"},
-		{name: "nvidia, cpu and memory discovered", args: []string{"-discover", "nvidia,cpu,memory"}, nvidia: "t4-x4.csv",
-			types: map[fsm.DeviceType]int{fsm.GPU: 4, fsm.CPU: 1, fsm.Memory: 1}},
+		{name: "nvidia, cpu and memory discovered", args: []string{"-discover", "nvidia,cpu,memory"}, nvidia: "h100-80gb-hbm3-x8.csv",
+			topo: "topo-h100-80gb-hbm3-x8.txt", types: map[fsm.DeviceType]int{fsm.GPU: 8, fsm.CPU: 1, fsm.Memory: 1}},
+		{name: "nvidia without topology", args: []string{"-discover", "nvidia"}, nvidia: "t4-x4.csv",
+			types: map[fsm.DeviceType]int{fsm.GPU: 4}, warnHas: "no GPU topology"},
 		{name: "cpu only", args: []string{"-discover", "cpu"},
 			types: map[fsm.DeviceType]int{fsm.CPU: 1}},
 		{name: "no GPUs is a warning", args: []string{"-discover", "nvidia"}, nvidia: "empty.csv",
@@ -74,7 +86,7 @@ func TestCollectInventory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"-host", "-join", "127.0.0.1", "-node", "node7"}, tc.args...)
 			if tc.nvidia != "" {
-				args = append(args, "-nvidia-smi", fakeNVIDIASMI(t, tc.nvidia))
+				args = append(args, "-nvidia-smi", fakeNVIDIASMI(t, tc.nvidia, tc.topo))
 			}
 			cfg, err := agentconfig.Load(args, func(string) string { return "" })
 			if err != nil {

@@ -42,6 +42,11 @@ Usage: dmsc alloc -type <type> [options]
   -count=<n>
       Number of devices. Default 1.
 
+  -topology=nvlink
+      Take only GPUs linked to one another by NVLink (on each host). Without
+      it a claim of several GPUs prefers the best-linked ones, and the CPU
+      and memory of the request the GPUs' NUMA node.
+
   -max-hosts=<k>
       Let the devices span up to k hosts, all placed at once or not at all
       (a gang). Default 1: one host. A waiting gang reserves hosts as they
@@ -93,7 +98,7 @@ Usage: dmsc alloc -type <type> [options]
 func (c *allocCommand) Run(args []string) int {
 	fs := c.flags("alloc")
 	var (
-		typ, pool, requestID, same                           string
+		typ, pool, requestID, same, topology                 string
 		count, priority, maxHosts, minPerHost                int
 		memGB, compute, storageGB, bandwidth                 float64
 		amountMem, amountCompute, amountStorage, amountBandw float64
@@ -104,6 +109,7 @@ func (c *allocCommand) Run(args []string) int {
 	fs.StringVar(&typ, "type", "", "")
 	fs.IntVar(&count, "count", 1, "")
 	fs.IntVar(&maxHosts, "max-hosts", 1, "")
+	fs.StringVar(&topology, "topology", "", "")
 	fs.IntVar(&minPerHost, "min-per-host", 0, "")
 	fs.StringVar(&same, "same", "", "")
 	fs.Float64Var(&memGB, "memory-gb", 0, "")
@@ -134,6 +140,7 @@ func (c *allocCommand) Run(args []string) int {
 		Type: deviceType(typ), Count: count,
 		Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: memGB, ComputeUnits: compute, StorageGB: storageGB, BandwidthGbps: bandwidth}},
 		Amount:       client.Resources{MemoryGB: amountMem, ComputeUnits: amountCompute, StorageGB: amountStorage, BandwidthGbps: amountBandw},
+		Topology:     topology,
 	}
 	if len(custom) > 0 {
 		claim.Capabilities.Custom = custom
@@ -192,6 +199,9 @@ func claimSummary(r client.Request) string {
 		}
 		if a := formatResources(cl.Amount, "="); a != "" {
 			needs = append(needs, "take "+a)
+		}
+		if cl.Topology != "" {
+			needs = append(needs, "linked by "+cl.Topology)
 		}
 		if len(needs) > 0 {
 			s += " (" + strings.Join(needs, "; ") + ")"

@@ -86,3 +86,39 @@ func TestLocalDiscoverThisMachine(t *testing.T) {
 		t.Fatalf("got %+v", got.Devices)
 	}
 }
+
+// TestLocalPerNUMANode: on a machine of two NUMA nodes, a CPU and a
+// Memory device per node, each with its node; the reserve is taken from
+// both.
+func TestLocalPerNUMANode(t *testing.T) {
+	got, err := Local{HostID: "box", ProcDir: "testdata", SysDir: filepath.Join("testdata", "sys-2numa"), ReserveMemoryGB: 4}.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		id   string
+		numa int
+		cu   float64
+		gb   float64
+	}{{"box-cpu0", 0, 64, 0}, {"box-cpu1", 1, 64, 0}, {"box-memory0", 0, 0, 501.72}, {"box-memory1", 1, 0, 501.97}}
+	if len(got.Devices) != len(want) {
+		t.Fatalf("devices %+v", got.Devices)
+	}
+	for i, w := range want {
+		d := got.Devices[i]
+		if d.ID != w.id || d.Topology == nil || *d.Topology.NUMA != w.numa || d.Capabilities.ComputeUnits != w.cu || d.Capabilities.MemoryGB != w.gb {
+			t.Errorf("device %d: %s numa %v cu %g gb %g, want %+v", i, d.ID, d.Topology, d.Capabilities.ComputeUnits, d.Capabilities.MemoryGB, w)
+		}
+	}
+	if n, err := CountCPUList("0-3,8,10-11"); n != 7 || err != nil {
+		t.Errorf("CountCPUList: %d, %v", n, err)
+	}
+	if _, err := CountCPUList("3-1"); err == nil {
+		t.Error("CountCPUList accepted 3-1")
+	}
+	// One node: the one CPU and Memory device of before, without topology.
+	one, err := Local{HostID: "box", ProcDir: "testdata", SysDir: t.TempDir()}.Discover()
+	if err != nil || len(one.Devices) != 2 || one.Devices[0].ID != "box-cpu" || one.Devices[0].Topology != nil {
+		t.Fatalf("one node: %+v, %v", one.Devices, err)
+	}
+}

@@ -57,12 +57,35 @@ type Discovered struct {
 	// Warnings describe fields the tool could not report ("[N/A]") and
 	// fallbacks taken; the devices are still usable.
 	Warnings []string
+	// indexes are the GPUs' nvidia-smi indexes, in Devices' order.
+	indexes []int
 }
 
-// Discover runs nvidia-smi and returns the GPUs it reports. A machine
-// without NVIDIA GPUs ("No devices were found") yields no devices and no
-// error; a missing nvidia-smi is an error.
+// Discover runs nvidia-smi and returns the GPUs it reports, each with its
+// topology (NUMA node and links to the other GPUs) from
+// `nvidia-smi topo -m` when the tool gives it. A machine without NVIDIA
+// GPUs ("No devices were found") yields no devices and no error; a
+// missing nvidia-smi is an error; a topology it cannot give is a warning.
 func (n NVIDIA) Discover(ctx context.Context) (Discovered, error) {
+	d, err := n.discoverGPUs(ctx)
+	if err != nil || len(d.Devices) == 0 {
+		return d, err
+	}
+	out, err := n.run(ctx, "topo", "-m")
+	var topo map[int]GPUTopology
+	if err == nil {
+		topo, err = ParseTopology(bytes.NewReader(out))
+	}
+	if err != nil {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("no GPU topology: %v", err))
+		return d, nil
+	}
+	applyTopology(&d, d.indexes, topo)
+	return d, nil
+}
+
+// discoverGPUs queries the GPUs' fields.
+func (n NVIDIA) discoverGPUs(ctx context.Context) (Discovered, error) {
 	out, err := n.query(ctx, NVIDIAFields)
 	if err != nil && bytes.Contains(out, []byte("is not a valid field")) {
 		out, err = n.query(ctx, legacyNVIDIAFields)
@@ -83,6 +106,12 @@ func (n NVIDIA) Discover(ctx context.Context) (Discovered, error) {
 
 // query runs nvidia-smi for fields and returns its combined output.
 func (n NVIDIA) query(ctx context.Context, fields []string) ([]byte, error) {
+	return n.run(ctx, "--query-gpu="+strings.Join(fields, ","), "--format=csv,noheader,nounits")
+}
+
+// run runs nvidia-smi with args and returns its standard output, or, on
+// failure, its combined output.
+func (n NVIDIA) run(ctx context.Context, args ...string) ([]byte, error) {
 	bin := n.Binary
 	if bin == "" {
 		bin = DefaultNVIDIASMI
@@ -93,7 +122,7 @@ func (n NVIDIA) query(ctx context.Context, fields []string) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--query-gpu="+strings.Join(fields, ","), "--format=csv,noheader,nounits")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout, stderr limitedBuffer
 	stdout.limit, stderr.limit = maxNVIDIAOutput, 64<<10
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -213,6 +242,7 @@ func ParseNVIDIA(r io.Reader, hostID string, fields []string) (Discovered, error
 		}
 		seen[d.ID] = line
 		out.Devices = append(out.Devices, d)
+		out.indexes = append(out.indexes, index)
 	}
 	return out, nil
 }

@@ -157,13 +157,28 @@ func fakeSMI(t *testing.T, recording string, exit string, oldDriver bool) string
 		old = "1"
 	}
 	t.Setenv("FAKE_NVIDIA_SMI_OLD_DRIVER", old)
+	t.Setenv("FAKE_NVIDIA_SMI_TOPO", "")
 	return bin
+}
+
+// withTopo makes the fake nvidia-smi answer topo -m with a recording.
+func withTopo(t *testing.T, recording string) {
+	t.Helper()
+	if recording == "" {
+		return
+	}
+	p, err := filepath.Abs(filepath.Join("testdata", recording))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKE_NVIDIA_SMI_TOPO", p)
 }
 
 func TestNVIDIADiscoverEndToEnd(t *testing.T) {
 	cases := []struct {
 		name      string
 		recording string
+		topo      string // the topo -m recording; none: the tool fails it
 		exit      string
 		oldDriver bool
 		n         int
@@ -171,19 +186,21 @@ func TestNVIDIADiscoverEndToEnd(t *testing.T) {
 		err       error
 		errHas    string
 	}{
-		{name: "eight A100", recording: "a100-sxm4-80gb-x8.csv", exit: "0", n: 8},
-		{name: "four T4", recording: "t4-x4.csv", exit: "0", n: 4},
-		{name: "H100 box", recording: "h100-80gb-hbm3-x8.csv", exit: "0", n: 8},
+		{name: "eight A100", recording: "a100-sxm4-80gb-x8.csv", topo: "topo-a100-sxm4-80gb-x8.txt", exit: "0", n: 8},
+		{name: "four T4, no topology", recording: "t4-x4.csv", exit: "0", n: 4, warnings: 1},
+		{name: "H100 box", recording: "h100-80gb-hbm3-x8.csv", topo: "topo-h100-80gb-hbm3-x8.txt", exit: "0", n: 8},
+		{name: "PCIe box", recording: "l40s-x8.csv", topo: "topo-l40s-pcie-x8.txt", exit: "0", n: 8},
 		{name: "no GPUs", recording: "no-devices.txt", exit: "6", n: 0},
 		{name: "empty output", recording: "empty.csv", exit: "0", n: 0},
-		{name: "old driver falls back", recording: "a100-pcie-40gb-old-driver.csv", exit: "0", oldDriver: true, n: 2, warnings: 1},
-		{name: "N/A fields", recording: "not-available-fields.csv", exit: "0", n: 2, warnings: 3},
+		{name: "old driver falls back", recording: "a100-pcie-40gb-old-driver.csv", exit: "0", oldDriver: true, n: 2, warnings: 2},
+		{name: "N/A fields", recording: "not-available-fields.csv", exit: "0", n: 2, warnings: 4},
 		{name: "malformed", recording: "malformed-line.csv", exit: "0", err: ErrMalformed, errHas: "line 2"},
 		{name: "driver failure", recording: "", exit: "9", err: ErrNVIDIASMI, errHas: "exit status 9"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := fakeSMI(t, tc.recording, tc.exit, tc.oldDriver)
+			withTopo(t, tc.topo)
 			got, err := NVIDIA{Binary: bin, HostID: "node7"}.Discover(context.Background())
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.errHas) {
@@ -200,6 +217,9 @@ func TestNVIDIADiscoverEndToEnd(t *testing.T) {
 			for _, d := range got.Devices {
 				if d.Type != fsm.GPU || d.Capabilities.Custom["model"] == "" {
 					t.Fatalf("device %+v is not a GPU with a model", d)
+				}
+				if hasTopo := d.Topology != nil && len(d.Topology.Links) == tc.n-1; hasTopo != (tc.topo != "") {
+					t.Fatalf("device %s topology %+v with topo recording %q", d.ID, d.Topology, tc.topo)
 				}
 			}
 		})
