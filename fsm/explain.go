@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -60,6 +61,7 @@ type drop struct {
 func (s *State) explain(r *Request) *WhyNot {
 	w := &WhyNot{Devices: len(s.devices), Hosts: len(s.hosts)}
 	perHost := make([]map[string]int, len(r.Claims))
+	var unlinked []string // of claims that require NVLink
 	for i := range r.Claims {
 		f := claimFilter{cl: &r.Claims[i], pool: r.claimPool(i), sel: &r.Labels}
 		drops := map[drop]int{}
@@ -85,6 +87,11 @@ func (s *State) explain(r *Request) *WhyNot {
 			perHost[i][d.Host]++
 		}
 		cw := ClaimWhyNot{Claim: i, Type: f.cl.Type, Count: f.cl.Count, Fitting: fitting, HostsWithSome: len(perHost[i])}
+		if f.cl.Topology == TopologyNVLink && f.cl.Count > 1 {
+			if n := s.hostsWithoutLinks(f.cl, i, r, perHost[i]); n > 0 {
+				unlinked = append(unlinked, fmt.Sprintf("claim %d needs %d devices linked by NVLink: %d hosts have that many fitting, not linked so", i, f.cl.Count, n))
+			}
+		}
 		for _, n := range perHost[i] {
 			if n >= f.cl.Count {
 				cw.HostsWithEnough++
@@ -116,7 +123,36 @@ func (s *State) explain(r *Request) *WhyNot {
 		}
 	}
 	w.Summary = summarize(w)
+	for _, u := range unlinked {
+		w.Summary += "; " + u
+	}
 	return w
+}
+
+// hostsWithoutLinks counts the hosts with enough devices fitting claim i
+// (perHost) among which no claim's count are linked pairwise by NVLink.
+func (s *State) hostsWithoutLinks(cl *Claim, i int, r *Request, perHost map[string]int) int {
+	f := claimFilter{cl: cl, pool: r.claimPool(i), sel: &r.Labels}
+	n := 0
+	for _, id := range sortedKeys(perHost) {
+		if perHost[id] < cl.Count {
+			continue
+		}
+		var cands []rankedDevice
+		for _, d := range s.hostTypeDevices(s.hosts[id], cl.Type) {
+			if k, _ := staticFit(d.cls, &f); k >= 0 {
+				continue
+			}
+			if amt, whole := take(d.cls, cl); s.fits(d, amt, whole, nil) {
+				cands = append(cands, rankedDevice{d: d})
+			}
+		}
+		slices.SortFunc(cands, rankedLess)
+		if linked(cands, cl.Count, true) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 func summarize(w *WhyNot) string {

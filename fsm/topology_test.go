@@ -96,6 +96,9 @@ func TestTopologyPlacement(t *testing.T) {
 				if res.Err == nil {
 					t.Fatalf("placed on %v", res.Allocation.Devices)
 				}
+				if sum := res.Allocation.WhyNot.Summary; !strings.Contains(sum, "linked by NVLink: 1 hosts") {
+					t.Fatalf("why-not %q does not say the links are missing", sum)
+				}
 				return
 			}
 			if res.Err != nil {
