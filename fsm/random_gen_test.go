@@ -78,16 +78,24 @@ type cmdGen struct {
 	everCached map[string]bool
 	// shapes are the typical claims of requests.
 	shapes [][]fsm.Claim
+	// extra draws what later features add to commands (gangs, topology),
+	// so that rng's draws, and the logs of its seeds, stay as they were.
+	extra *rand.Rand
 }
 
 func newCmdGen(rng *rand.Rand) *cmdGen {
-	return &cmdGen{rng: rng, now: randomLogStart, hosts: map[string][]fsm.DeviceSpec{},
+	return &cmdGen{rng: rng, extra: rand.New(rand.NewSource(0x5eed)), now: randomLogStart, hosts: map[string][]fsm.DeviceSpec{},
 		hostLabels: map[string]map[string]string{}, cached: map[string]cachedRequest{}, everCached: map[string]bool{}}
 }
 
 func (g *cmdGen) chance(percent int) bool { return g.rng.Intn(100) < percent }
 
 func pick[T any](g *cmdGen, list ...T) T { return list[g.rng.Intn(len(list))] }
+
+// later and pickLater draw from extra, for what later features add.
+func (g *cmdGen) later(percent int) bool { return g.extra.Intn(100) < percent }
+
+func pickLater[T any](g *cmdGen, list ...T) T { return list[g.extra.Intn(len(list))] }
 
 var hostUniverse = []string{"host-a", "host-b", "host-c", "host-d", "host-e", "host-f", "host-g", "host-h", "host-i", "host-j"}
 
@@ -347,7 +355,7 @@ func (g *cmdGen) freshDevices(hostID string) []fsm.DeviceSpec {
 	for i := range out {
 		out[i] = g.device(hostID)
 	}
-	if g.chance(35) {
+	if g.later(35) {
 		g.topology(out)
 	}
 	return out
@@ -357,7 +365,7 @@ func (g *cmdGen) freshDevices(hostID string) []fsm.DeviceSpec {
 // another: NVLink, PCIe under one or several switches, or across nodes.
 func (g *cmdGen) topology(devs []fsm.DeviceSpec) {
 	for i := range devs {
-		numa := g.rng.Intn(2)
+		numa := g.extra.Intn(2)
 		devs[i].Topology = &fsm.Topology{NUMA: &numa}
 	}
 	for i := range devs {
@@ -365,7 +373,7 @@ func (g *cmdGen) topology(devs []fsm.DeviceSpec) {
 			if devs[i].Type != fsm.GPU || devs[j].Type != fsm.GPU {
 				continue
 			}
-			l := pick(g, "NV12", "NV4", "PIX", "PXB", "NODE", "SYS")
+			l := pickLater(g, "NV12", "NV4", "PIX", "PXB", "NODE", "SYS")
 			for _, ab := range [][2]int{{i, j}, {j, i}} {
 				t := devs[ab[0]].Topology
 				if t.Links == nil {
@@ -508,7 +516,7 @@ func (g *cmdGen) claim(v *publicView) fsm.Claim {
 	if g.chance(10) {
 		c.Pool = pick(g, "p1", "p2", "default")
 	}
-	if t == fsm.GPU && c.Count > 1 && g.chance(20) {
+	if t == fsm.GPU && c.Count > 1 && g.later(20) {
 		c.Topology = fsm.TopologyNVLink
 	}
 	return c
@@ -550,14 +558,14 @@ func (g *cmdGen) request(v *publicView) fsm.Request {
 	if g.chance(10) {
 		r.Labels.Forbidden = map[string]string{"tier": pick(g, "*", "fast")}
 	}
-	if g.chance(12) {
+	if g.later(12) {
 		// A gang: its first claim over several hosts.
-		r.MaxHosts = pick(g, 2, 2, 3, 4)
-		r.Claims[0].Count = pick(g, 2, 3, 4, 5, 6, 8, 12)
-		if g.chance(30) {
-			r.MinPerHost = min(pick(g, 1, 2, 3), r.Claims[0].Count)
+		r.MaxHosts = pickLater(g, 2, 2, 3, 4)
+		r.Claims[0].Count = pickLater(g, 2, 3, 4, 5, 6, 8, 12)
+		if g.later(30) {
+			r.MinPerHost = min(pickLater(g, 1, 2, 3), r.Claims[0].Count)
 		}
-		if g.chance(25) {
+		if g.later(25) {
 			r.Same = "rack"
 		}
 	}

@@ -596,7 +596,9 @@ func parsePolicies(s string) ([]fsm.Policy, error) {
 	var out []fsm.Policy
 	for _, name := range strings.Split(s, ",") {
 		p := nameIn(fsm.Policies, strings.TrimSpace(name))
-		if !p.Valid() {
+		if paper := nameIn(replay.PaperPolicies, strings.TrimSpace(name)); replay.IsPaperPolicy(paper) {
+			p = paper
+		} else if !p.Valid() {
 			return nil, fmt.Errorf("unknown policy %q", name)
 		}
 		out = append(out, p)

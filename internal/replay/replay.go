@@ -197,7 +197,11 @@ func (r *Replayer) Submit(t trace.Task) (bool, error) {
 // demand reaches 130% of the GPUs, are never released, and a task that
 // fits nowhere is dropped.
 func Protocol(nodes []trace.Node, tasks []trace.Task, pol fsm.Policy, seed int64) (*Result, error) {
-	return protocol(context.Background(), &inProcess{}, nodes, tasks, pol, seed, nil)
+	var tg protocolTarget = &inProcess{}
+	if IsPaperPolicy(pol) {
+		tg = &paperTarget{policy: pol, seed: seed, tasks: tasks}
+	}
+	return protocol(context.Background(), tg, nodes, tasks, pol, seed, nil)
 }
 
 // ProtocolWork is the number of tasks Protocol submits for a seed.

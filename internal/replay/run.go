@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,6 +139,9 @@ func (r Runner) Protocol(ctx context.Context, nodes []trace.Node, tasks []trace.
 	}
 	if err := r.check(len(runs)); err != nil {
 		return nil, err
+	}
+	if r.Target.Live() && slices.ContainsFunc(policies, IsPaperPolicy) {
+		return nil, fmt.Errorf("replay: %s and %s are the paper's simulator, replayed in process only", PaperFGD, PaperBestFit)
 	}
 	total := len(runs)
 	if r.Target.Live() {
