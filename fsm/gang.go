@@ -435,3 +435,26 @@ func (s *State) maxFree(o *hostOrder, classes []*class, limit int) int {
 	}
 	return 8
 }
+
+// eachGangHost visits, by ID, the hosts that can take work a gang of r
+// may use, with the value of its Same label ("" without Same); it
+// returns how many hosts lack the label.
+func (s *State) eachGangHost(r *Request, visit func(h *Host, domain string)) (unlabelled int) {
+	for _, id := range sortedKeys(s.hosts) {
+		h := s.hosts[id]
+		if !h.Schedulable() {
+			continue
+		}
+		dom := ""
+		if r.Same != "" {
+			v, ok := h.Labels[r.Same]
+			if !ok {
+				unlabelled++
+				continue
+			}
+			dom = v
+		}
+		visit(h, dom)
+	}
+	return unlabelled
+}

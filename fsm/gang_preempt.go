@@ -37,19 +37,7 @@ func (s *State) preemptGang(a *Allocation, pc PolicyConfig, rule victimRule) ([]
 	g := s.newGangQuery(r, fits, ownOverlay(a))
 	pl := definition(pc.Policy).place
 	byDomain := map[string][]*gangVictimHost{}
-	for _, id := range sortedKeys(s.hosts) {
-		h := s.hosts[id]
-		if !h.Schedulable() {
-			continue
-		}
-		dom := ""
-		if r.Same != "" {
-			v, ok := h.Labels[r.Same]
-			if !ok {
-				continue
-			}
-			dom = v
-		}
+	s.eachGangHost(r, func(h *Host, dom string) {
 		vh := &gangVictimHost{h: h, cands: s.victimsOn(h, r, rule.eligible, rule.first)}
 		ov := g.ov.clone()
 		last, _ := s.gangTakeMax(g, pl, h, ov)
@@ -67,7 +55,7 @@ func (s *State) preemptGang(a *Allocation, pc PolicyConfig, rule victimRule) ([]
 		if last >= g.min {
 			byDomain[dom] = append(byDomain[dom], vh)
 		}
-	}
+	})
 	var bestVictims []*Allocation
 	var best *placement
 	for _, dom := range sortedKeys(byDomain) {

@@ -64,25 +64,12 @@ func (s *State) explainGang(a *Allocation) *WhyNot {
 	g := s.newGangQuery(r, fits, ownOverlay(a))
 	pl := definition(s.requestPolicy(r).Policy).place
 	byDomain := map[string][]GangHost{}
-	for _, id := range sortedKeys(s.hosts) {
-		h := s.hosts[id]
-		if !h.Schedulable() {
-			continue
-		}
-		dom := ""
-		if r.Same != "" {
-			v, ok := h.Labels[r.Same]
-			if !ok {
-				gw.HostsUnlabelled++
-				continue
-			}
-			dom = v
-		}
+	gw.HostsUnlabelled = s.eachGangHost(r, func(h *Host, dom string) {
 		if n, _ := s.gangTakeMax(g, pl, h, g.ov); n > 0 {
 			gw.HostsAble++
-			byDomain[dom] = append(byDomain[dom], GangHost{Host: id, Take: n})
+			byDomain[dom] = append(byDomain[dom], GangHost{Host: h.ID, Take: n})
 		}
-	}
+	})
 	type domain struct {
 		GangDomain
 		best []GangHost

@@ -210,20 +210,11 @@ func (s *State) planReservation(g *Allocation) []string {
 		pot, free int
 	}
 	byDomain := map[string][]cand{}
-	for _, id := range sortedKeys(s.hosts) {
-		h := s.hosts[id]
-		if !h.Schedulable() || s.reserved[id] != nil {
-			continue
+	s.eachGangHost(r, func(h *Host, dom string) {
+		if s.reserved[h.ID] != nil {
+			return
 		}
-		dom := ""
-		if r.Same != "" {
-			v, ok := h.Labels[r.Same]
-			if !ok {
-				continue
-			}
-			dom = v
-		}
-		c := cand{id: id}
+		c := cand{id: h.ID}
 		for _, d := range s.hostTypeDevices(h, cl.Type) {
 			if d.Status != Available || !q.passes(d.cls, 0) {
 				continue
@@ -236,7 +227,7 @@ func (s *State) planReservation(g *Allocation) []string {
 		if c.pot >= r.minPerHost() {
 			byDomain[dom] = append(byDomain[dom], c)
 		}
-	}
+	})
 	var best []string
 	bestFree := 0
 	for _, dom := range sortedKeys(byDomain) {
