@@ -94,7 +94,7 @@ func RequestToWire(r fsm.Request) wire.Request {
 	return wire.Request{
 		Claims: mapSlice(r.Claims, claimToWire), Priority: r.Priority, Timeout: wire.Duration(r.Timeout),
 		LeaseTTL: wire.Duration(r.LeaseTTL), Pool: r.Pool, Labels: labelSelectorToWire(r.Labels),
-		MaxHosts: r.MaxHosts, MinPerHost: r.MinPerHost, Same: r.Same,
+		MaxHosts: r.MaxHosts, MinPerHost: r.MinPerHost, Same: r.Same, Host: r.Host,
 	}
 }
 
@@ -103,7 +103,7 @@ func requestFromWire(r wire.Request) fsm.Request {
 	return fsm.Request{
 		Claims: mapSlice(r.Claims, claimFromWire), Priority: r.Priority, Timeout: r.Timeout.Std(),
 		LeaseTTL: r.LeaseTTL.Std(), Pool: r.Pool, Labels: labelSelectorFromWire(r.Labels),
-		MaxHosts: r.MaxHosts, MinPerHost: r.MinPerHost, Same: r.Same,
+		MaxHosts: r.MaxHosts, MinPerHost: r.MinPerHost, Same: r.Same, Host: r.Host,
 	}
 }
 

@@ -81,20 +81,26 @@ func (c *Client) Allocate(ctx context.Context, req AllocateRequest, opts ...Allo
 	if !req.Wait || a.Status != Pending {
 		return &a, meta, nil
 	}
-	placed, err := c.waitPlaced(ctx, &a, meta.Index)
+	placed, err := c.waitPlaced(ctx, &a, meta.Index, nil)
 	if err != nil {
 		return nil, meta, err
 	}
 	return placed, meta, nil
 }
 
-// waitPlaced watches a pending allocation until it leaves pending. A
-// request that timed out is an ErrNoCapacity error, as the server's own
-// wait answers it.
-func (c *Client) waitPlaced(ctx context.Context, a *Allocation, index uint64) (*Allocation, error) {
+// waitPlaced watches a pending allocation until it leaves pending,
+// telling seen (when set) of each state it sees. A request that timed out
+// is an ErrNoCapacity error, as the server's own wait answers it.
+func (c *Client) waitPlaced(ctx context.Context, a *Allocation, index uint64, seen func(*Allocation)) (*Allocation, error) {
 	cur := a
+	if seen != nil {
+		seen(a)
+	}
 	err := c.WatchAllocation(ctx, a.ID, &WatchOptions{WaitIndex: index}, func(got *Allocation) bool {
 		cur = got
+		if seen != nil {
+			seen(got)
+		}
 		return got.Status == Pending
 	})
 	if err != nil {

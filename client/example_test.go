@@ -148,3 +148,43 @@ func Example_allocateWithToken() {
 	// active in team-a: g2 on host h1
 	// released
 }
+
+// Run work with two GPUs: Run allocates (waiting up to a minute), keeps
+// the lease alive while the work runs, and releases at the end, however
+// the work ends; RunEnv is the environment to hand the devices to a
+// process.
+func ExampleClient_Run() {
+	addr, stop, err := exampleAgent()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	c, err := client.New(client.Config{Addresses: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	req := client.AllocateRequest{Request: client.Request{
+		Claims:  []client.Claim{{Type: client.GPU, Count: 2}},
+		Timeout: client.Duration(time.Minute),
+	}}
+	a, err := c.Run(context.Background(), req, client.RunOptions{}, func(ctx context.Context, a *client.Allocation) error {
+		env, _ := client.RunEnv(a, nil, "")
+		fmt.Println(env[3]) // a process started here would get env
+		return nil
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	got, _, err := c.Allocation(context.Background(), a.ID, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(got.Status)
+	// Output:
+	// CUDA_VISIBLE_DEVICES=g2,g1
+	// released
+}

@@ -74,6 +74,9 @@ func (s *State) explain(r *Request) *WhyNot {
 				dr.filter, dr.reason = staticFit(d.cls, &f)
 				static[d.cls] = dr
 			}
+			if r.Host != "" && d.Host != r.Host && dr.filter < 0 {
+				dr = drop{filter: len(staticFilters), reason: "not on host " + r.Host}
+			}
 			for j := 0; dr.filter < 0 && j < len(deviceFilters); j++ {
 				if why := deviceFilters[j](s, d, f.cl); why != "" {
 					dr = drop{filter: len(staticFilters) + j, reason: why}

@@ -56,6 +56,10 @@ func validateGang(r *Request) *Error {
 		return errf(ErrInvalid, "min_per_host %d out of 0..%d (the first claim's count)", r.MinPerHost, r.Claims[0].Count)
 	case r.Same != "" && !validLabelKey(r.Same):
 		return errf(ErrInvalid, "same %q is not a label key of 1 to %d letters, digits or -_.:@+=/", r.Same, MaxIDLength)
+	case r.Host != "" && !ValidID(r.Host):
+		return errf(ErrInvalid, "host %q is not a host id", r.Host)
+	case r.Host != "" && r.IsGang():
+		return errf(ErrInvalid, "a gang over several hosts cannot be held to host %q", r.Host)
 	}
 	return nil
 }

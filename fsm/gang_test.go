@@ -365,3 +365,27 @@ func TestGangExpectedStart(t *testing.T) {
 		t.Fatalf("reserved %v, expected start %v with a device held without a lease", got.Reserved, got.ExpectedStart)
 	}
 }
+
+// TestHeldToHost: a request held to a host takes devices there or waits,
+// says why not, and preempts only there.
+func TestHeldToHost(t *testing.T) {
+	h := newHarness(t)
+	h.must(labelledHost("h1", 2))
+	h.must(labelledHost("h2", 2))
+	polSet(h, GPU, PriorityBased)
+	holdOn(h, "h2", 2, 0)
+	a := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}, Host: "h2", Timeout: time.Minute}}).Allocation
+	if a.Status != Pending {
+		t.Fatalf("held to a full host: %s on %s", a.Status, a.Host)
+	}
+	if sum := a.WhyNot.Summary; !strings.Contains(sum, "2 not on host h2") {
+		t.Fatalf("why-not %q", sum)
+	}
+	b := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 2}}, Host: "h2", Priority: 50}}).Allocation
+	if b.Status != Active || b.Host != "h2" || len(b.Preempted) != 1 {
+		t.Fatalf("a higher request held to h2: %s on %s, preempted %v", b.Status, b.Host, b.Preempted)
+	}
+	if err := Precheck(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 2}}, Host: "h1", MaxHosts: 2}}); err == nil {
+		t.Fatal("a gang held to one host accepted")
+	}
+}

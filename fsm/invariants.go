@@ -130,6 +130,9 @@ func (s *State) checkPlaced(a *Allocation) error {
 	} else if len(a.Hosts) != 0 {
 		return fmt.Errorf("one-host request with gang hosts %v", a.Hosts)
 	}
+	if r.Host != "" && a.Host != r.Host {
+		return fmt.Errorf("held to host %s, placed on %s", r.Host, a.Host)
+	}
 	perHost := map[string][]int{}
 	for _, id := range hosts {
 		h := s.hosts[id]

@@ -255,6 +255,8 @@ type Request struct {
 	// Same, for a gang, names a host label every host of the gang must
 	// carry with one value (one rack, one zone).
 	Same string `json:"same,omitempty"`
+	// Host, when set, takes devices of that host only (dmsc run -here).
+	Host string `json:"host,omitempty"`
 }
 
 // MaxPriority is the highest request priority.

@@ -89,7 +89,17 @@ func (s *State) place(r *Request, pc PolicyConfig, ov *overlay) *placement {
 	pl := definition(pc.Policy).place
 	for _, tier := range tiers(fits[0], &r.Labels) {
 		fits[0] = tier
-		if p := pl.place(s, s.newQuery(r, fits)); p != nil {
+		q := s.newQuery(r, fits)
+		if r.Host != "" {
+			// Held to one host: the policy places on it alone.
+			if h := s.hosts[r.Host]; h != nil {
+				if assign := pl.onHost(s, h, q, ov); assign != nil {
+					return &placement{host: h.ID, assign: assign}
+				}
+			}
+			continue
+		}
+		if p := pl.place(s, q); p != nil {
 			return p
 		}
 	}

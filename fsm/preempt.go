@@ -79,7 +79,7 @@ func (s *State) preemptAmong(a *Allocation, pc PolicyConfig, rule victimRule) ([
 	}
 	for _, hid := range sortedKeys(s.hosts) {
 		h := s.hosts[hid]
-		if !h.Schedulable() {
+		if !h.Schedulable() || a.Request.Host != "" && hid != a.Request.Host {
 			continue
 		}
 		cands := s.victimsOn(h, &a.Request, rule.eligible, rule.first)

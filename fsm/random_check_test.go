@@ -456,7 +456,7 @@ func (v *publicView) fitHost(r *fsm.Request, own string) string {
 		return v.fitGang(r, own)
 	}
 	for _, h := range v.hosts {
-		if !h.Up || h.Drain != nil {
+		if !h.Up || h.Drain != nil || r.Host != "" && h.ID != r.Host {
 			continue
 		}
 		ok := true

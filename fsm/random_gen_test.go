@@ -568,6 +568,8 @@ func (g *cmdGen) request(v *publicView) fsm.Request {
 		if g.later(25) {
 			r.Same = "rack"
 		}
+	} else if g.later(6) {
+		r.Host = pickLater(g, hostUniverse...) // dmsc run -here
 	}
 	return r
 }

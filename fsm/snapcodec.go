@@ -183,6 +183,11 @@ func (e *enc) alloc(a *Allocation) (dev int) {
 			e.str(a.Request.Claims[i].Topology)
 		}
 	}
+	if a.Request.Host != "" {
+		// Tag 7: the host a request is held to.
+		e.b = append(e.b, 7)
+		e.str(a.Request.Host)
+	}
 	if p := a.Preempting; p != nil {
 		// Tag 3 after the why-not tags: a reclaim's mark, on an active
 		// allocation, which has no why-not.
@@ -672,6 +677,12 @@ func (d *dec) allocInto(a *Allocation) {
 		a.Request.Claims = slices.Clone(a.Request.Claims)
 		for i := range a.Request.Claims {
 			a.Request.Claims[i].Topology = d.sym()
+		}
+	}
+	if len(d.b) > 0 && d.b[0] == 7 {
+		d.b = d.b[1:]
+		if a.Request.Host = d.sym(); a.Request.Host == "" {
+			d.fail() // tag 7 says there is one
 		}
 	}
 	if len(d.b) > 0 && d.b[0] == 3 {

@@ -74,7 +74,7 @@ func CommandNeeds(c Command) (Since, bool) {
 	switch c := c.(type) {
 	case *Allocate:
 		r := &c.Request
-		later = r.MaxHosts != 0 || r.MinPerHost != 0 || r.Same != "" ||
+		later = r.MaxHosts != 0 || r.MinPerHost != 0 || r.Same != "" || r.Host != "" ||
 			slices.ContainsFunc(r.Claims, func(cl Claim) bool { return cl.Topology != "" })
 	case *RegisterHost:
 		later = slices.ContainsFunc(c.Devices, func(d DeviceSpec) bool { return d.Topology != nil })

@@ -211,6 +211,8 @@ type Request struct {
 	MaxHosts   int    `json:"max_hosts,omitempty"`
 	MinPerHost int    `json:"min_per_host,omitempty"`
 	Same       string `json:"same,omitempty"`
+	// Host, when set, takes devices of that host only.
+	Host string `json:"host,omitempty"`
 }
 
 // AllocateRequest is the body of POST /v1/allocations.

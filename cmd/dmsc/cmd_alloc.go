@@ -97,72 +97,16 @@ Usage: dmsc alloc -type <type> [options]
 
 func (c *allocCommand) Run(args []string) int {
 	fs := c.flags("alloc")
-	var (
-		typ, pool, requestID, same, topology                 string
-		count, priority, maxHosts, minPerHost                int
-		memGB, compute, storageGB, bandwidth                 float64
-		amountMem, amountCompute, amountStorage, amountBandw float64
-		timeout, ttl                                         time.Duration
-		wait                                                 bool
-		custom, required, preferred, forbidden               = kvFlag{}, kvFlag{}, kvFlag{}, kvFlag{}
-	)
-	fs.StringVar(&typ, "type", "", "")
-	fs.IntVar(&count, "count", 1, "")
-	fs.IntVar(&maxHosts, "max-hosts", 1, "")
-	fs.StringVar(&topology, "topology", "", "")
-	fs.IntVar(&minPerHost, "min-per-host", 0, "")
-	fs.StringVar(&same, "same", "", "")
-	fs.Float64Var(&memGB, "memory-gb", 0, "")
-	fs.Float64Var(&compute, "compute-units", 0, "")
-	fs.Float64Var(&storageGB, "storage-gb", 0, "")
-	fs.Float64Var(&bandwidth, "bandwidth-gbps", 0, "")
-	fs.Var(custom, "custom", "")
-	fs.Float64Var(&amountMem, "amount-memory-gb", 0, "")
-	fs.Float64Var(&amountCompute, "amount-compute-units", 0, "")
-	fs.Float64Var(&amountStorage, "amount-storage-gb", 0, "")
-	fs.Float64Var(&amountBandw, "amount-bandwidth-gbps", 0, "")
-	fs.IntVar(&priority, "priority", 0, "")
-	fs.DurationVar(&timeout, "timeout", 0, "")
+	var f allocFlags
+	f.add(fs)
+	var wait bool
 	fs.BoolVar(&wait, "wait", false, "")
-	fs.DurationVar(&ttl, "ttl", 0, "")
-	fs.StringVar(&pool, "pool", "", "")
-	fs.Var(required, "label", "")
-	fs.Var(preferred, "prefer", "")
-	fs.Var(forbidden, "forbid", "")
-	fs.StringVar(&requestID, "request-id", "", "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
-	if typ == "" {
-		return c.usageError("alloc", "dmsc alloc needs -type (GPU, CPU, Memory, ...)")
-	}
-	claim := client.Claim{
-		Type: deviceType(typ), Count: count,
-		Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: memGB, ComputeUnits: compute, StorageGB: storageGB, BandwidthGbps: bandwidth}},
-		Amount:       client.Resources{MemoryGB: amountMem, ComputeUnits: amountCompute, StorageGB: amountStorage, BandwidthGbps: amountBandw},
-		Topology:     topology,
-	}
-	if len(custom) > 0 {
-		claim.Capabilities.Custom = custom
-	}
-	if maxHosts <= 1 && (minPerHost != 0 || same != "") {
-		return c.usageError("alloc", "-min-per-host and -same go with -max-hosts above 1")
-	}
-	req := client.AllocateRequest{RequestID: requestID, Request: client.Request{
-		Claims: []client.Claim{claim}, Priority: priority, Timeout: client.Duration(timeout),
-		LeaseTTL: client.Duration(ttl), Pool: pool,
-	}}
-	if maxHosts > 1 {
-		req.MaxHosts, req.MinPerHost, req.Same = maxHosts, minPerHost, same
-	}
-	if len(required) > 0 {
-		req.Labels.Required = required
-	}
-	if len(preferred) > 0 {
-		req.Labels.Preferred = preferred
-	}
-	if len(forbidden) > 0 {
-		req.Labels.Forbidden = forbidden
+	req, msg := f.request()
+	if msg != "" {
+		return c.usageError("alloc", "%s", msg)
 	}
 	return c.run(func(ctx context.Context, cl *client.Client) error {
 		var opts []client.AllocateOption
@@ -183,6 +127,80 @@ func (c *allocCommand) Run(args []string) int {
 		}
 		return nil
 	})
+}
+
+// allocFlags are the request flags of dmsc alloc and dmsc run.
+type allocFlags struct {
+	typ, pool, requestID, same, topology                 string
+	count, priority, maxHosts, minPerHost                int
+	memGB, compute, storageGB, bandwidth                 float64
+	amountMem, amountCompute, amountStorage, amountBandw float64
+	timeout, ttl                                         time.Duration
+	custom, required, preferred, forbidden               kvFlag
+}
+
+func (f *allocFlags) add(fs *flag.FlagSet) {
+	f.custom, f.required, f.preferred, f.forbidden = kvFlag{}, kvFlag{}, kvFlag{}, kvFlag{}
+	fs.StringVar(&f.typ, "type", "", "")
+	fs.IntVar(&f.count, "count", 1, "")
+	fs.IntVar(&f.maxHosts, "max-hosts", 1, "")
+	fs.StringVar(&f.topology, "topology", "", "")
+	fs.IntVar(&f.minPerHost, "min-per-host", 0, "")
+	fs.StringVar(&f.same, "same", "", "")
+	fs.Float64Var(&f.memGB, "memory-gb", 0, "")
+	fs.Float64Var(&f.compute, "compute-units", 0, "")
+	fs.Float64Var(&f.storageGB, "storage-gb", 0, "")
+	fs.Float64Var(&f.bandwidth, "bandwidth-gbps", 0, "")
+	fs.Var(f.custom, "custom", "")
+	fs.Float64Var(&f.amountMem, "amount-memory-gb", 0, "")
+	fs.Float64Var(&f.amountCompute, "amount-compute-units", 0, "")
+	fs.Float64Var(&f.amountStorage, "amount-storage-gb", 0, "")
+	fs.Float64Var(&f.amountBandw, "amount-bandwidth-gbps", 0, "")
+	fs.IntVar(&f.priority, "priority", 0, "")
+	fs.DurationVar(&f.timeout, "timeout", 0, "")
+	fs.DurationVar(&f.ttl, "ttl", 0, "")
+	fs.StringVar(&f.pool, "pool", "", "")
+	fs.Var(f.required, "label", "")
+	fs.Var(f.preferred, "prefer", "")
+	fs.Var(f.forbidden, "forbid", "")
+	fs.StringVar(&f.requestID, "request-id", "", "")
+}
+
+// request is the request the flags ask for, or why the flags do not
+// make one.
+func (f *allocFlags) request() (client.AllocateRequest, string) {
+	if f.typ == "" {
+		return client.AllocateRequest{}, "needs -type (GPU, CPU, Memory, ...)"
+	}
+	if f.maxHosts <= 1 && (f.minPerHost != 0 || f.same != "") {
+		return client.AllocateRequest{}, "-min-per-host and -same go with -max-hosts above 1"
+	}
+	claim := client.Claim{
+		Type: deviceType(f.typ), Count: f.count,
+		Capabilities: client.Capabilities{Resources: client.Resources{MemoryGB: f.memGB, ComputeUnits: f.compute, StorageGB: f.storageGB, BandwidthGbps: f.bandwidth}},
+		Amount:       client.Resources{MemoryGB: f.amountMem, ComputeUnits: f.amountCompute, StorageGB: f.amountStorage, BandwidthGbps: f.amountBandw},
+		Topology:     f.topology,
+	}
+	if len(f.custom) > 0 {
+		claim.Capabilities.Custom = f.custom
+	}
+	req := client.AllocateRequest{RequestID: f.requestID, Request: client.Request{
+		Claims: []client.Claim{claim}, Priority: f.priority, Timeout: client.Duration(f.timeout),
+		LeaseTTL: client.Duration(f.ttl), Pool: f.pool,
+	}}
+	if f.maxHosts > 1 {
+		req.MaxHosts, req.MinPerHost, req.Same = f.maxHosts, f.minPerHost, f.same
+	}
+	if len(f.required) > 0 {
+		req.Labels.Required = f.required
+	}
+	if len(f.preferred) > 0 {
+		req.Labels.Preferred = f.preferred
+	}
+	if len(f.forbidden) > 0 {
+		req.Labels.Forbidden = f.forbidden
+	}
+	return req, ""
 }
 
 // claimSummary prints a request's claims: "1 x GPU (memory_gb>=16)".

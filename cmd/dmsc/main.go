@@ -54,6 +54,9 @@ func commands(ui cli.Ui) map[string]cli.CommandFactory {
 	for name, f := range tlsCommands(ui) {
 		m[name] = f
 	}
+	for name, f := range runCommands(ui) {
+		m[name] = f
+	}
 	return m
 }
 

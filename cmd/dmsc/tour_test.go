@@ -81,6 +81,12 @@ func runTour(t *testing.T) {
 	} {
 		tc.check(t)
 	}
+	// dmsc run, a process of its own, as a user runs it.
+	out, err := exec.Command(buildDMSC(t), "run", "-type", "GPU", "-count", "2", "--",
+		"sh", "-c", `echo "GPUs $CUDA_VISIBLE_DEVICES on $DMSC_HOSTS"`).Output()
+	if want := "GPUs dev-t4-gpu0,dev-t4-gpu1 on dev-t4\n"; err != nil || string(out) != want {
+		t.Fatalf("dmsc run: %q, %v; want %q", out, err, want)
+	}
 }
 
 // TestTour runs the README's tour against `dmsc agent -dev` as written,
