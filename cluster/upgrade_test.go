@@ -127,3 +127,21 @@ func TestGangNeedsLevel4(t *testing.T) {
 		t.Fatalf("gate with a level-3 server: %v", err)
 	}
 }
+
+// TestStripTopology: registering a host while an older server remains
+// strips its devices' topology on copies of them, and says whether any
+// had one.
+func TestStripTopology(t *testing.T) {
+	numa := 0
+	orig := []fsm.DeviceSpec{{ID: "g1", Type: fsm.GPU, Topology: &fsm.Topology{NUMA: &numa}}, {ID: "c1", Type: fsm.CPU}}
+	cmd := &fsm.RegisterHost{Host: fsm.HostSpec{ID: "h1"}, Devices: orig}
+	if !stripTopology(cmd) {
+		t.Fatal("a device with a topology was not seen")
+	}
+	if cmd.Devices[0].Topology != nil || orig[0].Topology == nil {
+		t.Fatalf("stripped %+v, original %+v", cmd.Devices[0], orig[0])
+	}
+	if s, _ := fsm.CommandNeeds(cmd); s.Level != 1 || stripTopology(cmd) {
+		t.Fatalf("after stripping: level %d", s.Level)
+	}
+}
