@@ -20,10 +20,10 @@ const StoreFaultEnv = "DMSC_TEST_STORE_FAULT_FILE"
 // storeHealth records the last write error of each store, cleared by the
 // next write of that store that succeeds.
 type storeHealth struct {
-	log   hclog.Logger
-	fault string // StoreFaultEnv's file, or ""
+	log hclog.Logger
 
 	mu    sync.Mutex
+	fault string // StoreFaultEnv's file, or ""
 	fails map[string]storeFailure
 }
 
@@ -40,13 +40,23 @@ func newStoreHealth(log hclog.Logger) *storeHealth {
 	return h
 }
 
+// setFault sets the test fault's file (tests set it on a running node).
+func (h *storeHealth) setFault(path string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.fault = path
+}
+
 // injected returns the test fault, if on.
 func (h *storeHealth) injected() error {
-	if h.fault == "" {
+	h.mu.Lock()
+	fault := h.fault
+	h.mu.Unlock()
+	if fault == "" {
 		return nil
 	}
-	if _, err := os.Stat(h.fault); err == nil {
-		return &os.PathError{Op: "write", Path: h.fault, Err: syscall.ENOSPC}
+	if _, err := os.Stat(fault); err == nil {
+		return &os.PathError{Op: "write", Path: fault, Err: syscall.ENOSPC}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestStoreFailureNotReady(t *testing.T) {
 	if err := os.WriteFile(fault, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f.stores.health.fault = fault
+	f.stores.health.setFault(fault)
 	var acked []string
 	for range 5 {
 		acked = append(acked, mustApply(t, leader, gpuRequest(1)).Allocation.ID)
