@@ -232,7 +232,8 @@ func TestRunWaits(t *testing.T) {
 // TestRunRefused: a request nothing fits exits 3 with the why-not and
 // never runs the command.
 func TestRunRefused(t *testing.T) {
-	apiNode(t)
+	addr := apiNode(t)
+	cl := runClient(t, addr)
 	dir := t.TempDir()
 	p := startRun(t, dir, "run", "-type", "GPU", "-count", "5", "--", "sh", "-c", "echo ran > ran")
 	if code := p.wait(t); code != exitCapacity || !strings.Contains(p.stderr.String(), "Why not") {
@@ -241,6 +242,11 @@ func TestRunRefused(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "ran")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("the command ran")
 	}
+	_, id, ok := strings.Cut(p.stderr.String(), "kept in the history as allocation ")
+	if !ok {
+		t.Fatalf("no allocation named; stderr:\n%s", p.stderr)
+	}
+	devicesFree(t, cl, strings.TrimSuffix(strings.Fields(id)[0], "."), client.Failed)
 }
 
 // TestRunHereAndGang: -here takes the devices of the agent's own host; a
