@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: build test bench bench-placement image compose-secrets compose-up compose-down
+.PHONY: build test bench bench-placement bench-vs-etcd image compose-secrets compose-up compose-down
 
 build:
 	$(GO) build -o bin/dmsc ./cmd/dmsc
@@ -33,6 +33,18 @@ bench-placement:
 	for n in $(SIZES); do \
 	  bin/fsm.test -test.run '^$$' -test.bench "^BenchmarkFragmentationAware/devices=$$n\$$/" -test.benchtime 1s -test.count 5 -test.cpu 1 >> $(BENCH_OUT); \
 	done
+
+# The write path beside etcd's, both as three real server processes on
+# this machine, taking turns: 3 rounds of 30 s at 64 and 256 clients, plus
+# dmsc with TLS and with multi-GPU requests; one table of medians and
+# ratios. etcd comes from $(PEERS) (its build.sh builds it the first time,
+# a few minutes). BENCH_VS_ETCD_FLAGS passes more flags (-profile DIR,
+# -raw FILE, -rounds N, -duration D).
+PEERS ?= ../shared/peers
+PEERS_BIN ?= $${TMPDIR:-/tmp}/peers/bin
+bench-vs-etcd: build
+	test -x $(PEERS_BIN)/etcd -a -x $(PEERS_BIN)/etcdload || $(PEERS)/build.sh
+	$(GO) run ./cmd/bench-vs-etcd -peers $(PEERS) -dmsc bin/dmsc $(BENCH_VS_ETCD_FLAGS)
 
 # Container image: a static binary on scratch (deploy/Dockerfile), staged
 # the way release tools do it: the build context holds only the binary and

@@ -141,6 +141,7 @@ func runAgent(ctx context.Context, stopSignals func(), cfg *agentconfig.Config, 
 	logger := cfg.Logger(logOut)
 	log := logger.Named("agent")
 	raiseFileLimit(log)
+	profileContention(cfg.EnableDebug)
 
 	tlsStore, err := cfg.LoadTLS()
 	if err != nil {

@@ -46,24 +46,48 @@ Usage: dmsc bench [options]
   operations from -mix:
 
     alloc  allocate one GPU, then release it (one operation)
+    alloc4, alloc8
+           the same with 4 or 8 GPUs of one host
     read   read an allocation the client holds, or a host's device list
     renew  renew the lease of an allocation the client holds
 
   A progress line is printed every second on stderr. At the end it prints
   throughput, latency percentiles of successful operations and errors by
   code; with -json one JSON object (ops_per_sec, latency_ms {p50, p95,
-  p99, max, mean}, errors, clients, duration_s, nodes, by_op, ...). It
-  exits 1 when no operation succeeded.
+  p99, max, mean}, writes_per_sec, errors, clients, duration_s, nodes,
+  by_op, by_request, ...). by_request times each HTTP request on its own
+  (allocate, release, read, renew); writes_per_sec counts the successful
+  writes (allocate, release, renew: one Raft entry each). It exits 1 when
+  no operation succeeded.
 
   Against a running cluster it removes the hosts it registered at the
-  end. With -local N it starts N servers in this process on 127.0.0.1
-  (data in a temporary directory) and stops them at the end; the process
-  then runs the garbage collector as the agent does (GOGC=400 unless GOGC
-  is set).
+  end. With -spawn N it starts N agents of this binary as separate
+  processes on 127.0.0.1 (each with a temporary data directory, the Raft
+  log on disk with fsync, as in production), waits for a leader and stops
+  them at the end; it then also reports the CPU the agents spent per
+  write. With -local N it starts N servers in this process instead (data
+  in a temporary directory); the process then runs the garbage collector
+  as the agent does (GOGC=400 unless GOGC is set). Headline figures come
+  from -spawn: with -local the servers and the clients share one process.
 
-      dmsc bench -local 3 -clients 64 -duration 30s
+      dmsc bench -spawn 3 -clients 64 -duration 30s
+      dmsc bench -spawn 3 -mix alloc=50,alloc4=25,alloc8=25 -hosts 1250
       dmsc bench -address 10.0.0.11,10.0.0.12,10.0.0.13 -mix alloc=50,read=50`, `
--local=<n>
+-spawn=<n>
+      Start a cluster of n agent processes instead of using -address.
+      Default 0.
+
+  -spawn-tls
+      The spawned agents run with TLS on every port (certificates made
+      for the run) and gossip encryption; the clients present a client
+      certificate.
+
+  -profile=<dir>
+      With -spawn: save each agent's CPU profile over the middle half of
+      the run, and its block and mutex profiles, into dir
+      (<agent>-cpu.pprof, -block.pprof, -mutex.pprof).
+
+  -local=<n>
       Start a cluster of n servers in this process instead of using
       -address. Default 0: use -address.
 
@@ -117,6 +141,9 @@ func (c *benchCommand) Run(args []string) int {
 	fs := c.flags("bench")
 	var (
 		local        int
+		spawn        int
+		spawnTLS     bool
+		profileDir   string
 		storage      string
 		clients      int
 		duration     time.Duration
@@ -131,6 +158,9 @@ func (c *benchCommand) Run(args []string) int {
 		addressGiven bool
 	)
 	fs.IntVar(&local, "local", 0, "")
+	fs.IntVar(&spawn, "spawn", 0, "")
+	fs.BoolVar(&spawnTLS, "spawn-tls", false, "")
+	fs.StringVar(&profileDir, "profile", "", "")
 	fs.StringVar(&storage, "local-storage", "disk", "")
 	fs.IntVar(&clients, "clients", 16, "")
 	fs.DurationVar(&duration, "duration", 10*time.Second, "")
@@ -172,16 +202,20 @@ func (c *benchCommand) Run(args []string) int {
 		return c.usageError("bench", "%v", err)
 	case local < 0 || local > 7:
 		return c.usageError("bench", "-local takes 1 to 7 servers")
-	case local > 0 && addressGiven:
-		return c.usageError("bench", "give -local or -address, not both")
+	case spawn < 0 || spawn > 7:
+		return c.usageError("bench", "-spawn takes 1 to 7 servers")
+	case boolCount(local > 0, spawn > 0, addressGiven) > 1:
+		return c.usageError("bench", "give one of -local, -spawn and -address")
+	case (spawnTLS || profileDir != "") && spawn == 0:
+		return c.usageError("bench", "-spawn-tls and -profile need -spawn")
 	case storage != "disk" && storage != "memory":
 		return c.usageError("bench", "-local-storage is disk or memory, not %q", storage)
 	case clients < 1 || duration <= 0 || hosts < 1 || gpusPerHost < 1:
 		return c.usageError("bench", "-clients, -duration, -hosts and -gpus-per-host must be positive")
 	case retries < 0 || streams < 0:
 		return c.usageError("bench", "-retries and -event-streams must not be negative")
-	case streamRaw && local == 0:
-		return c.usageError("bench", "-event-raw needs -local")
+	case streamRaw && local == 0 && (spawn == 0 || spawnTLS):
+		return c.usageError("bench", "-event-raw needs -local or -spawn without TLS")
 	}
 
 	progress := c.progress
@@ -193,6 +227,32 @@ func (c *benchCommand) Run(args []string) int {
 	addrs := splitAddresses(c.address)
 	nodes := len(addrs)
 	var connections func() int64
+	var serversCPU func() time.Duration
+	var spawned *spawnedCluster
+	clientTLS := tlsOrNil(c.tls)
+	if spawn > 0 {
+		if profileDir != "" {
+			if err := os.MkdirAll(profileDir, 0o755); err != nil {
+				c.ui.Error("Error: " + err.Error())
+				return exitError
+			}
+		}
+		spawned, err = spawnCluster(ctx, spawnConfig{Servers: spawn, TLS: spawnTLS, Debug: profileDir != "", Progress: progress})
+		if err != nil {
+			c.ui.Error("Error: " + err.Error())
+			return exitError
+		}
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer ccancel()
+			if err := spawned.Close(cctx); err != nil {
+				c.ui.Error("Error: stopping the spawned agents: " + err.Error())
+			}
+		}()
+		addrs, nodes, serversCPU = spawned.Addresses(), spawn, spawned.CPU
+		clientTLS = tlsOrNil(spawned.tls)
+		fmt.Fprintf(progress, "bench: %d agents up: %s\n", spawn, strings.Join(addrs, ", "))
+	}
 	if local > 0 {
 		// The servers run in this process: tune it as an agent.
 		tuneGC()
@@ -219,7 +279,7 @@ func (c *benchCommand) Run(args []string) int {
 	if mr == 0 {
 		mr = -1 // the client's "send once"
 	}
-	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, TLS: tlsOrNil(c.tls), MaxRetries: mr, Timeout: 10 * time.Second})
+	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, TLS: clientTLS, MaxRetries: mr, Timeout: 10 * time.Second})
 	if err != nil {
 		c.ui.Error(err.Error())
 		return exitUsage
@@ -233,7 +293,7 @@ func (c *benchCommand) Run(args []string) int {
 	if err := bench.Register(ctx, cl, inv); err != nil {
 		return c.fail(err)
 	}
-	if local == 0 {
+	if local == 0 && spawn == 0 {
 		defer func() {
 			cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 			defer ccancel()
@@ -250,12 +310,31 @@ func (c *benchCommand) Run(args []string) int {
 			return exitError
 		}
 	}
+	profiled := make(chan error, 1)
+	if profileDir != "" {
+		go func() {
+			// The middle half of the run: past the start, clear of the end.
+			select {
+			case <-time.After(duration / 4):
+				profiled <- spawned.Profile(ctx, profileDir, duration/2)
+			case <-ctx.Done():
+				profiled <- ctx.Err()
+			}
+		}()
+	} else {
+		profiled <- nil
+	}
 	fmt.Fprintf(progress, "bench: %d clients for %v, mix %s\n", clients, duration, mix)
 	res, err := bench.Run(ctx, cl, bench.Config{
 		Clients: clients, Duration: duration, Mix: mix, Hosts: inv, Nodes: nodes, Seed: seed, Progress: progress,
-		Connections: connections, EventStreams: streams, EventTopics: streamTopics, EventRaw: streamRaw,
+		Connections: connections, ServersCPU: serversCPU, EventStreams: streams, EventTopics: streamTopics, EventRaw: streamRaw,
 	})
 	stopProfile()
+	if perr := <-profiled; perr != nil {
+		c.ui.Error("Error: profiling the agents: " + perr.Error())
+	} else if profileDir != "" {
+		fmt.Fprintf(progress, "bench: profiles of the agents in %s\n", profileDir)
+	}
 	if err != nil {
 		return c.fail(err)
 	}
@@ -272,6 +351,17 @@ func (c *benchCommand) Run(args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// boolCount is how many of bs are true.
+func boolCount(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // splitAddresses splits a comma-separated -address.

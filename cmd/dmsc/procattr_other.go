@@ -4,5 +4,5 @@ package main
 
 import "syscall"
 
-// childProcAttr: only Linux can tie the command's life to dmsc run's.
+// childProcAttr: only Linux can tie a child's life to dmsc's.
 func childProcAttr() *syscall.SysProcAttr { return nil }

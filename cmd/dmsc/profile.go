@@ -36,3 +36,27 @@ func writeHeapProfile(path string) error {
 	}
 	return f.Close()
 }
+
+// debugProfileEnv, set to anything in an agent's environment while
+// enable_debug is on, also records block and mutex contention for
+// /debug/pprof/block and /debug/pprof/mutex (`dmsc bench -profile` sets
+// it on the agents it spawns). Off by default: it costs a little on every
+// contended lock and channel.
+const debugProfileEnv = "DMSC_DEBUG_CONTENTION_PROFILE"
+
+// blockProfileRate samples one blocking event per this many nanoseconds
+// blocked; mutexProfileFraction one contended lock in this many.
+const (
+	blockProfileRate     = 10_000
+	mutexProfileFraction = 10
+)
+
+// profileContention turns block and mutex profiling on when debugProfileEnv
+// asks for it and the agent serves the profiles.
+func profileContention(enableDebug bool) {
+	if !enableDebug || os.Getenv(debugProfileEnv) == "" {
+		return
+	}
+	runtime.SetBlockProfileRate(blockProfileRate)
+	runtime.SetMutexProfileFraction(mutexProfileFraction)
+}

@@ -18,7 +18,8 @@ func TestParseMix(t *testing.T) {
 		want Mix
 		bad  bool
 	}{
-		{in: "alloc=80,read=15,renew=5", want: Mix{80, 15, 5}},
+		{in: "alloc=80,read=15,renew=5", want: Mix{OpAlloc: 80, OpRead: 15, OpRenew: 5}},
+		{in: "alloc=1,alloc4=1,alloc8=1", want: Mix{OpAlloc: 1, OpAlloc4: 1, OpAlloc8: 1}},
 		{in: "alloc=1", want: Mix{OpAlloc: 1}},
 		{in: " read = 3 , ALLOC=2 ", want: Mix{OpAlloc: 2, OpRead: 3}},
 		{in: "alloc=0,renew=7,", want: Mix{OpRenew: 7}},
@@ -171,23 +172,37 @@ func TestRunLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts := Inventory(4, 4)
+	hosts := Inventory(4, 8)
 	if err := Register(ctx, cl, hosts); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(ctx, cl, Config{Clients: 4, Duration: 700 * time.Millisecond, Mix: Mix{4, 3, 3}, Hosts: hosts, Nodes: 1, Seed: 1})
+	res, err := Run(ctx, cl, Config{Clients: 4, Duration: 700 * time.Millisecond, Mix: Mix{OpAlloc: 4, OpAlloc4: 2, OpRead: 3, OpRenew: 3}, Hosts: hosts, Nodes: 1, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Failed != 0 || len(res.Errors) != 0 {
 		t.Errorf("%d operations failed: %v", res.Failed, res.Errors)
 	}
-	for _, op := range []string{"alloc", "read", "renew"} {
+	for _, op := range []string{"alloc", "alloc4", "read", "renew"} {
 		if res.ByOp[op].Ops == 0 {
 			t.Errorf("no %s operation succeeded: %+v", op, res.ByOp)
 		}
 	}
-	if res.OpsPerSec <= 0 || res.LatencyMS.P50 <= 0 || res.LatencyMS.Max < res.LatencyMS.P99 || res.Devices != 16 {
+	// Each request is timed on its own: every alloc operation is an
+	// allocate and a release, and the writes are those and the renewals.
+	req := res.ByRequest
+	allocs := res.ByOp["alloc"].Ops + res.ByOp["alloc4"].Ops
+	if req["allocate"].Ops != allocs || req["release"].Ops != allocs || req["read"].Ops != res.ByOp["read"].Ops || req["renew"].Ops != res.ByOp["renew"].Ops {
+		t.Errorf("requests %+v do not add up to the operations %+v", req, res.ByOp)
+	}
+	if req["allocate"].LatencyMS.P50 <= 0 || req["allocate"].LatencyMS.P50 > res.ByOp["alloc"].LatencyMS.Max {
+		t.Errorf("allocate latency %+v against alloc %+v", req["allocate"].LatencyMS, res.ByOp["alloc"].LatencyMS)
+	}
+	writes := float64(2*allocs+req["renew"].Ops) / res.DurationS
+	if res.WritesPerSec < 0.99*writes || res.WritesPerSec > 1.01*writes {
+		t.Errorf("writes/s %.1f, want %.1f", res.WritesPerSec, writes)
+	}
+	if res.OpsPerSec <= 0 || res.LatencyMS.P50 <= 0 || res.LatencyMS.Max < res.LatencyMS.P99 || res.Devices != 32 {
 		t.Errorf("implausible result %+v", res)
 	}
 	// Every allocation is back: the held ones were released at the end.

@@ -15,16 +15,19 @@ import (
 type Op int
 
 // The operations. Alloc is an allocate of one GPU followed by its release,
-// timed and counted as one operation; Read reads an allocation or a host's
-// device list; Renew renews the lease of an allocation the client holds.
+// timed and counted as one operation; Alloc4 and Alloc8 the same with four
+// and eight GPUs of one host; Read reads an allocation or a host's device
+// list; Renew renews the lease of an allocation the client holds.
 const (
 	OpAlloc Op = iota
+	OpAlloc4
+	OpAlloc8
 	OpRead
 	OpRenew
 	numOps
 )
 
-var opNames = [numOps]string{"alloc", "read", "renew"}
+var opNames = [numOps]string{"alloc", "alloc4", "alloc8", "read", "renew"}
 
 func (o Op) String() string {
 	if o < 0 || o >= numOps {
@@ -56,7 +59,7 @@ func ParseMix(s string) (Mix, error) {
 		}
 		op, ok := opByName(strings.TrimSpace(name))
 		if !ok {
-			return Mix{}, fmt.Errorf("mix: unknown operation %q (want alloc, read or renew)", name)
+			return Mix{}, fmt.Errorf("mix: unknown operation %q (want alloc, alloc4, alloc8, read or renew)", name)
 		}
 		if seen[op] {
 			return Mix{}, fmt.Errorf("mix: %s given twice", op)
@@ -83,11 +86,14 @@ func opByName(name string) (Op, bool) {
 	return 0, false
 }
 
-// String writes the mix as ParseMix reads it.
+// String writes the mix as ParseMix reads it, without the operations of
+// weight 0.
 func (m Mix) String() string {
 	parts := make([]string, 0, numOps)
 	for op, w := range m {
-		parts = append(parts, fmt.Sprintf("%s=%d", Op(op), w))
+		if w > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", Op(op), w))
+		}
 	}
 	return strings.Join(parts, ",")
 }

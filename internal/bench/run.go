@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -50,6 +52,10 @@ type Config struct {
 	// local cluster's nodes), so that what is measured is the servers'
 	// cost more than the readers'. EventBytesReceived then counts them.
 	EventRaw bool
+	// ServersCPU, when set, is the CPU time the servers (separate
+	// processes) have used so far; the result then reports what they
+	// spent during the run.
+	ServersCPU func() time.Duration
 	// Connections, when set, counts the HTTP connections the nodes have
 	// accepted so far (cluster.LocalCluster.Connections); the
 	// result then reports how many the run opened.
@@ -76,6 +82,13 @@ type Result struct {
 	// other load on the machine. Zero where the system does not say.
 	ProcessCPUS float64 `json:"process_cpu_s"`
 	CPUMSPerOp  float64 `json:"cpu_ms_per_op"`
+	// ServersCPUS is the CPU time the servers spent during the run (only
+	// with Config.ServersCPU). CPUMSPerWrite is this process's and the
+	// servers' CPU time per successful write request, and
+	// ServersCPUMSPerWrite the servers' share of it.
+	ServersCPUS          float64 `json:"servers_cpu_s,omitempty"`
+	CPUMSPerWrite        float64 `json:"cpu_ms_per_write,omitempty"`
+	ServersCPUMSPerWrite float64 `json:"servers_cpu_ms_per_write,omitempty"`
 	// NewConnections is the number of HTTP connections the nodes accepted
 	// during the run (only with Config.Connections): with keep-alive
 	// working, about one per client and node.
@@ -88,6 +101,12 @@ type Result struct {
 	EventBytesReceived int64 `json:"event_bytes_received,omitempty"`
 	// ByOp breaks the figures down by operation.
 	ByOp map[string]OpResult `json:"by_op"`
+	// ByRequest breaks them down by HTTP request (an alloc operation is an
+	// allocate and a release request), each request timed on its own.
+	ByRequest map[string]OpResult `json:"by_request"`
+	// WritesPerSec is the successful write requests (allocate, release,
+	// renew: each one Raft entry) per second.
+	WritesPerSec float64 `json:"writes_per_sec"`
 }
 
 // OpResult is the share of one operation in a run.
@@ -97,6 +116,22 @@ type OpResult struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	LatencyMS Latency `json:"latency_ms"`
 }
+
+// requestKind is one HTTP request an operation sends.
+type requestKind int
+
+const (
+	reqAllocate requestKind = iota
+	reqRelease
+	reqRead
+	reqRenew
+	numRequests
+)
+
+var requestNames = [numRequests]string{"allocate", "release", "read", "renew"}
+
+// isWrite reports whether the request commits a Raft entry.
+func (k requestKind) isWrite() bool { return k != reqRead }
 
 // holdTTL is the lease of the allocation each client holds for reads and
 // renewals; renewals extend it by as much.
@@ -112,6 +147,8 @@ type worker struct {
 	heldAt *client.QueryOptions
 	lat    [numOps][]time.Duration
 	fails  [numOps]int64
+	reqLat [numRequests][]time.Duration
+	reqErr [numRequests]int64
 	errs   map[string]int64
 	live   *liveCounters
 }
@@ -170,6 +207,10 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 		conns0 = cfg.Connections()
 	}
 	cpu0 := processCPU()
+	var servers0 time.Duration
+	if cfg.ServersCPU != nil {
+		servers0 = cfg.ServersCPU()
+	}
 	start := time.Now()
 	end := start.Add(cfg.Duration)
 	stopProgress := startProgress(cfg.Progress, cfg.ProgressInterval, start, live)
@@ -184,6 +225,10 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu := processCPU() - cpu0
+	var servers time.Duration
+	if cfg.ServersCPU != nil {
+		servers = cfg.ServersCPU() - servers0
+	}
 	stopProgress()
 	r := summarize(&cfg, workers, elapsed)
 	r.EventStreams, r.EventsReceived, r.EventBytesReceived = cfg.EventStreams, received.events.Load(), received.bytes.Load()
@@ -193,6 +238,13 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	}
 	if r.Ops > 0 {
 		r.CPUMSPerOp = round3(ms(cpu) / float64(r.Ops))
+	}
+	if writes := r.WritesPerSec * r.DurationS; writes > 0 {
+		r.CPUMSPerWrite = round3(ms(cpu+servers) / writes)
+		if cfg.ServersCPU != nil {
+			r.ServersCPUS = round3(servers.Seconds())
+			r.ServersCPUMSPerWrite = round3(ms(servers) / writes)
+		}
 	}
 	return r, nil
 }
@@ -346,29 +398,57 @@ func (w *worker) loop(ctx context.Context, end time.Time) {
 // do performs one operation.
 func (w *worker) do(ctx context.Context, op Op) error {
 	switch op {
-	case OpAlloc:
-		shape := requestShapes[w.rng.IntN(len(requestShapes))]
-		a, _, err := w.cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []client.Claim{shape}}})
+	case OpAlloc, OpAlloc4, OpAlloc8:
+		claim := requestShapes[w.rng.IntN(len(requestShapes))]
+		switch op {
+		case OpAlloc4:
+			claim = client.Claim{Type: client.GPU, Count: 4}
+		case OpAlloc8:
+			claim = client.Claim{Type: client.GPU, Count: 8}
+		}
+		var a *client.Allocation
+		err := w.timed(reqAllocate, func() (err error) {
+			a, _, err = w.cl.Allocate(ctx, client.AllocateRequest{Request: client.Request{Claims: []client.Claim{claim}}})
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		_, _, err = w.cl.Release(ctx, a.ID)
-		return err
-	case OpRead:
-		if w.rng.IntN(2) == 0 {
-			// Read your write: a node that has not yet applied the
-			// allocation answers once it has.
-			_, _, err := w.cl.Allocation(ctx, w.held, w.heldAt)
+		return w.timed(reqRelease, func() error {
+			_, _, err := w.cl.Release(ctx, a.ID)
 			return err
-		}
-		h := w.cfg.Hosts[w.rng.IntN(len(w.cfg.Hosts))]
-		_, _, err := w.cl.Devices(ctx, &client.DeviceFilter{Host: h.ID}, nil)
-		return err
+		})
+	case OpRead:
+		return w.timed(reqRead, func() error {
+			if w.rng.IntN(2) == 0 {
+				// Read your write: a node that has not yet applied the
+				// allocation answers once it has.
+				_, _, err := w.cl.Allocation(ctx, w.held, w.heldAt)
+				return err
+			}
+			h := w.cfg.Hosts[w.rng.IntN(len(w.cfg.Hosts))]
+			_, _, err := w.cl.Devices(ctx, &client.DeviceFilter{Host: h.ID}, nil)
+			return err
+		})
 	case OpRenew:
-		_, _, err := w.cl.Renew(ctx, w.held, holdTTL)
-		return err
+		return w.timed(reqRenew, func() error {
+			_, _, err := w.cl.Renew(ctx, w.held, holdTTL)
+			return err
+		})
 	}
 	return fmt.Errorf("bench: unknown operation %v", op)
+}
+
+// timed sends one request with send and records its latency, or its
+// failure.
+func (w *worker) timed(k requestKind, send func() error) error {
+	t0 := time.Now()
+	if err := send(); err != nil {
+		w.reqErr[k]++
+		return err
+	}
+	w.reqLat[k] = append(w.reqLat[k], time.Since(t0))
+	return nil
 }
 
 // ErrorKind names an error for the errors-by-kind count: the API's error
@@ -451,6 +531,25 @@ func summarize(cfg *Config, workers []*worker, elapsed time.Duration) *Result {
 		r.ByOp[Op(op).String()] = OpResult{Ops: int64(len(lat)), Failed: failed,
 			OpsPerSec: round3(float64(len(lat)) / secs), LatencyMS: Summarize(lat)}
 	}
+	r.ByRequest = map[string]OpResult{}
+	var writes int
+	for k := range numRequests {
+		var lat []time.Duration
+		var failed int64
+		for _, w := range workers {
+			lat = append(lat, w.reqLat[k]...)
+			failed += w.reqErr[k]
+		}
+		if len(lat) == 0 && failed == 0 {
+			continue
+		}
+		if k.isWrite() {
+			writes += len(lat)
+		}
+		r.ByRequest[requestNames[k]] = OpResult{Ops: int64(len(lat)), Failed: failed,
+			OpsPerSec: round3(float64(len(lat)) / secs), LatencyMS: Summarize(lat)}
+	}
+	r.WritesPerSec = round3(float64(writes) / secs)
 	for _, w := range workers {
 		for k, n := range w.errs {
 			r.Errors[k] += n
@@ -476,22 +575,19 @@ func (r *Result) Format() string {
 	}
 	fmt.Fprintf(&b, "Ops       %d ok, %d failed\n", r.Ops, r.Failed)
 	fmt.Fprintf(&b, "Ops/s     %.0f\n", r.OpsPerSec)
+	fmt.Fprintf(&b, "Writes/s  %.0f\n", r.WritesPerSec)
 	if r.ProcessCPUS > 0 {
 		fmt.Fprintf(&b, "CPU       %.1fs in this process, %.3fms per op\n", r.ProcessCPUS, r.CPUMSPerOp)
 	}
+	if r.ServersCPUS > 0 {
+		fmt.Fprintf(&b, "          %.1fs in the servers; %.3fms per write in all, %.3fms of it in the servers\n",
+			r.ServersCPUS, r.CPUMSPerWrite, r.ServersCPUMSPerWrite)
+	}
 	fmt.Fprintf(&b, "Latency   p50 %.2fms  p95 %.2fms  p99 %.2fms  max %.2fms\n\n",
 		r.LatencyMS.P50, r.LatencyMS.P95, r.LatencyMS.P99, r.LatencyMS.Max)
-	fmt.Fprintf(&b, "%-6s %10s %8s %10s %9s %9s %9s %9s\n", "OP", "OPS", "FAILED", "OPS/S", "P50 MS", "P95 MS", "P99 MS", "MAX MS")
-	names := make([]string, 0, len(r.ByOp))
-	for k := range r.ByOp {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		o := r.ByOp[k]
-		fmt.Fprintf(&b, "%-6s %10d %8d %10.0f %9.2f %9.2f %9.2f %9.2f\n", k, o.Ops, o.Failed, o.OpsPerSec,
-			o.LatencyMS.P50, o.LatencyMS.P95, o.LatencyMS.P99, o.LatencyMS.Max)
-	}
+	writeTable(&b, "OP", r.ByOp)
+	b.WriteString("\n")
+	writeTable(&b, "REQUEST", r.ByRequest)
 	if len(r.Errors) > 0 {
 		b.WriteString("\nErrors\n")
 		kinds := make([]string, 0, len(r.Errors))
@@ -504,4 +600,14 @@ func (r *Result) Format() string {
 		}
 	}
 	return b.String()
+}
+
+// writeTable writes one line per operation or request, by name.
+func writeTable(b *strings.Builder, head string, rows map[string]OpResult) {
+	fmt.Fprintf(b, "%-8s %10s %8s %10s %9s %9s %9s %9s\n", head, "COUNT", "FAILED", "PER S", "P50 MS", "P95 MS", "P99 MS", "MAX MS")
+	for _, k := range slices.Sorted(maps.Keys(rows)) {
+		o := rows[k]
+		fmt.Fprintf(b, "%-8s %10d %8d %10.0f %9.2f %9.2f %9.2f %9.2f\n", k, o.Ops, o.Failed, o.OpsPerSec,
+			o.LatencyMS.P50, o.LatencyMS.P95, o.LatencyMS.P99, o.LatencyMS.Max)
+	}
 }
