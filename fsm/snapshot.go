@@ -207,17 +207,26 @@ func (s *State) WriteDigest(w io.Writer) error {
 	if err := bw.Flush(); err != nil { // a failed write sticks: Flush reports it
 		return err
 	}
+	// The request cache, streamed in pieces: it can hold a quarter of a
+	// million entries, and a digest is taken every few thousand writes.
 	var rec enc
-	entries := s.cache.entries()
-	rec.uvarint(uint64(len(entries)))
-	for i := range entries {
-		rec.cacheEntry(&entries[i]) // records delimit themselves
+	rec.uvarint(uint64(s.cache.n))
+	for q := s.cache.head; q < s.cache.head+s.cache.n; q++ {
+		rec.cacheEntry(s.cache.at(q)) // records delimit themselves
+		if len(rec.b) >= digestChunk {
+			bw.Write(rec.b)
+			rec.b = rec.b[:0]
+		}
 	}
 	rec.uvarint(uint64(s.history.len()))
 	rec.b = binary.BigEndian.AppendUint64(rec.b, s.history.digest)
-	_, err = w.Write(rec.b)
-	return err
+	bw.Write(rec.b)
+	return bw.Flush()
 }
+
+// digestChunk is how much of the request cache WriteDigest encodes before
+// it hands the bytes on.
+const digestChunk = 32 << 10
 
 // Restore reads a snapshot written by Snapshot (format 2, or format 1 of
 // older builds) and rebuilds the state, derived indexes included. It
