@@ -34,9 +34,14 @@ type nodeMeta struct {
 	// Leaving is set before a node leaves for good (Leave).
 	Leaving bool `json:"lv,omitempty"`
 	// StateHash is a server's newest state checkpoint, "index:hash"
-	// (statehash.go); Integrity is "halted" or "diverged" when its
-	// replica failed its integrity check.
-	StateHash string `json:"sh,omitempty"`
+	// (statehash.go), under a key of its digest's format: a server
+	// compares only checkpoints of the format it computes, so that in a
+	// rolling upgrade across a change of format no server takes another
+	// for divergent. Format 2 hashes the request cache as the sum of its
+	// entries' hashes; builds before it advertised format 1 as "sh".
+	// Integrity is "halted" or "diverged" when its replica failed its
+	// integrity check.
+	StateHash string `json:"sh2,omitempty"`
 	Integrity string `json:"ig,omitempty"`
 }
 

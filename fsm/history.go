@@ -352,14 +352,21 @@ func (e *cacheEntry) key() string { return cacheKey(e.Namespace, e.RequestID) }
 func cacheKey(ns, id string) string { return ns + "\x00" + id }
 
 // requestCache keeps the entries oldest first in a ring that doubles when
-// full, so entries are never copied as old ones are dropped.
+// full, so entries are never copied as old ones are dropped. The digest
+// is the sum of a hash of each entry's encoding, kept as entries enter
+// and leave, so that hashing the state (WriteDigest) need not encode a
+// quarter of a million of them.
 type requestCache struct {
 	ring []cacheEntry // length zero or a power of two
+	// hashes[i] is the hash of ring[i].
+	hashes []uint64
 	// head is the sequence number of the oldest entry and n the number
 	// of entries; entry q lives at ring[q&(len(ring)-1)].
-	head int
-	n    int
-	byID map[string]int // sequence number
+	head   int
+	n      int
+	byID   map[string]int // sequence number
+	digest uint64
+	rec    enc // reused to encode an entry for its hash
 }
 
 func newRequestCache() *requestCache { return &requestCache{byID: map[string]int{}} }
@@ -376,16 +383,28 @@ func (c *requestCache) get(key string) (cacheEntry, bool) {
 
 func (c *requestCache) put(e cacheEntry) {
 	if c.n == len(c.ring) {
-		ring := make([]cacheEntry, max(2*len(c.ring), 64))
+		size := max(2*len(c.ring), 64)
+		ring, hashes := make([]cacheEntry, size), make([]uint64, size)
 		for q := c.head; q < c.head+c.n; q++ {
-			ring[q&(len(ring)-1)] = *c.at(q)
+			ring[q&(size-1)] = *c.at(q)
+			hashes[q&(size-1)] = c.hashes[q&(len(c.ring)-1)]
 		}
-		c.ring = ring
+		c.ring, c.hashes = ring, hashes
 	}
 	q := c.head + c.n
 	*c.at(q) = e
+	h := c.hash(&e)
+	c.hashes[q&(len(c.ring)-1)] = h
+	c.digest += h
 	c.n++
 	c.byID[e.key()] = q
+}
+
+// hash is the hash of an entry's snapshot encoding.
+func (c *requestCache) hash(e *cacheEntry) uint64 {
+	c.rec.b = c.rec.b[:0]
+	c.rec.cacheEntry(e)
+	return recordHash(c.rec.b)
 }
 
 func (c *requestCache) trim(now int64) {
@@ -396,10 +415,35 @@ func (c *requestCache) trim(now int64) {
 			break
 		}
 		delete(c.byID, e.key())
+		c.digest -= c.hashes[c.head&(len(c.ring)-1)]
 		*e = cacheEntry{}
 		c.head++
 		c.n--
 	}
+}
+
+// check verifies that every entry is found by its key, hashes to its
+// hash, and that the digest is the sum of the hashes.
+func (c *requestCache) check() error {
+	if len(c.byID) != c.n {
+		return fmt.Errorf("request cache: %d entries but %d keys", c.n, len(c.byID))
+	}
+	var sum uint64
+	for q := c.head; q < c.head+c.n; q++ {
+		e := c.at(q)
+		if got, ok := c.byID[e.key()]; !ok || got != q {
+			return fmt.Errorf("request cache entry %d (%s) not found by its key", q, e.RequestID)
+		}
+		h := c.hashes[q&(len(c.ring)-1)]
+		if c.hash(e) != h {
+			return fmt.Errorf("request cache entry %d (%s): hash does not match", q, e.RequestID)
+		}
+		sum += h
+	}
+	if sum != c.digest {
+		return fmt.Errorf("request cache digest %x, entries sum to %x", c.digest, sum)
+	}
+	return nil
 }
 
 // entries returns the entries, oldest first.

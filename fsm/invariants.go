@@ -14,13 +14,17 @@ import (
 // deadline, the queue holds exactly the pending allocations, and the
 // derived index agrees with the devices, and the snapshot records kept
 // for hosts and devices are their current encodings, and the history's
-// records, entries, index and digest agree (history.check). It returns
-// the first violation.
+// records, entries, index and digest agree (history.check), and so do
+// the request cache's (requestCache.check). It returns the first
+// violation.
 func (s *State) CheckInvariants() error {
 	if err := s.checkLive(sortedKeys(s.devices)); err != nil {
 		return err
 	}
-	return s.history.check()
+	if err := s.history.check(); err != nil {
+		return err
+	}
+	return s.cache.check()
 }
 
 // checkLive is CheckInvariants but for the history, which a restore

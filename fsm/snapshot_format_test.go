@@ -108,4 +108,20 @@ func TestStateDigest(t *testing.T) {
 	if c := randomState(8, 300); bytes.Equal(digest(c), digest(a)) {
 		t.Fatal("another log gave the same digest")
 	}
+	// Two ticks that change nothing, with other request IDs: the states
+	// differ only in what the request cache remembers.
+	d, e := randomState(7, 300), randomState(7, 300)
+	for s, id := range map[*fsm.State]string{d: "digest-probe-1", e: "digest-probe-2"} {
+		tick := fsm.Stamp(&fsm.Tick{}, s.Now())
+		fsm.SetRequestID(tick, id)
+		if res := s.Apply(301, tick); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	if bytes.Equal(digest(d), digest(e)) {
+		t.Fatal("other requests in the request cache left the digest as it was")
+	}
+	if err := d.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
 }
