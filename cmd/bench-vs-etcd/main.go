@@ -253,8 +253,10 @@ type dmscResult struct {
 
 // dmscOnce runs `dmsc bench -spawn 3` once.
 func (b *bench) dmscOnce(ctx context.Context, r *runResult, last bool) error {
+	// Eight GPUs a client at least, so that no request finds the GPUs it
+	// asks for all taken.
 	args := []string{"bench", "-spawn", "3", "-clients", strconv.Itoa(r.Clients), "-duration", b.o.duration.String(),
-		"-mix", "alloc=100", "-json"}
+		"-hosts", strconv.Itoa(max(64, r.Clients)), "-mix", "alloc=100", "-json"}
 	switch r.System {
 	case "dmsc-tls":
 		args = append(args, "-spawn-tls")

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -355,4 +356,39 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// benchClientsPerAddress is how many of the load generator's clients share
+// one source address against agents on this machine: well within an
+// agent's per-address limits (a quarter of its 512 request slots, 200
+// connections), as clients on many machines would be.
+const benchClientsPerAddress = 32
+
+// benchHTTPClient is the load generator's HTTP client for clients
+// concurrent clients: its idle pool holds a connection for each, so that
+// none is closed and opened again between two requests. With spread (the
+// agents listen on loopback), its connections come from the source
+// addresses 127.0.0.1, 127.0.0.2, ... in turn, benchClientsPerAddress
+// clients to each.
+func benchHTTPClient(clients int, spread bool, t *client.TLSConfig) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 0
+	tr.MaxIdleConnsPerHost = clients
+	if t != nil {
+		tc, err := t.TLSClientConfig()
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig = tc
+	}
+	if spread && clients > benchClientsPerAddress {
+		sources := (clients + benchClientsPerAddress - 1) / benchClientsPerAddress
+		var next atomic.Uint64
+		tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ip := net.IPv4(127, 0, 0, byte(1+next.Add(1)%uint64(sources)))
+			d := net.Dialer{Timeout: client.DefaultDialTimeout, KeepAlive: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: ip}}
+			return d.DialContext(ctx, network, addr)
+		}
+	}
+	return &http.Client{Transport: tr}, nil
 }

@@ -279,7 +279,12 @@ func (c *benchCommand) Run(args []string) int {
 	if mr == 0 {
 		mr = -1 // the client's "send once"
 	}
-	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, TLS: clientTLS, MaxRetries: mr, Timeout: 10 * time.Second})
+	hc, err := benchHTTPClient(clients, spawn > 0 || local > 0, clientTLS)
+	if err != nil {
+		c.ui.Error("Error: " + err.Error())
+		return exitUsage
+	}
+	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, HTTPClient: hc, MaxRetries: mr, Timeout: 10 * time.Second})
 	if err != nil {
 		c.ui.Error(err.Error())
 		return exitUsage
