@@ -69,6 +69,9 @@ Usage: dmsc bench [options]
   in a temporary directory); the process then runs the garbage collector
   as the agent does (GOGC=400 unless GOGC is set). Headline figures come
   from -spawn: with -local the servers and the clients share one process.
+  Against servers on this machine the clients' connections come from
+  127.0.0.1, 127.0.0.2, ..., 32 clients to an address, as from several
+  machines, each within an agent's per-address limits.
 
       dmsc bench -spawn 3 -clients 64 -duration 30s
       dmsc bench -spawn 3 -mix alloc=50,alloc4=25,alloc8=25 -hosts 1250
