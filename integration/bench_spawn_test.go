@@ -27,7 +27,10 @@ func TestBenchSpawn(t *testing.T) {
 			ctx := testContext(t, 3*time.Minute)
 			tmp := t.TempDir()
 			profiles := filepath.Join(t.TempDir(), "profiles")
-			args := append([]string{"bench", "-spawn", "3", "-quick", "-duration", "4s", "-mix", "alloc=3,alloc4=1,read=1,renew=1",
+			// 8 clients on 8 hosts of 8 GPUs hold 8 and ask for up to 4 more
+			// each: some host always has 4 free, so no request is refused
+			// for capacity.
+			args := append([]string{"bench", "-spawn", "3", "-quick", "-duration", "4s", "-gpus-per-host", "8", "-mix", "alloc=3,alloc4=1,read=1,renew=1",
 				"-profile", profiles, "-json"}, tc.args...)
 			cmd := exec.CommandContext(ctx, binary, args...)
 			// The agents' data directories go under TMPDIR: this test's own.

@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dmsc/dmsc/internal/bench"
 	"github.com/dmsc/dmsc/internal/certs"
 )
 
@@ -62,31 +63,6 @@ func envInt(t *testing.T, name string, def int) int {
 	}
 	return n
 }
-
-// cpuTicks is the user and system CPU time of process pid so far, in
-// clock ticks (Linux; 0 elsewhere).
-func cpuTicks(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name, which is in parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
-}
-
-// clockTicks per second: USER_HZ, 100 on every Linux architecture Go
-// supports.
-const clockTicks = 100
 
 // syncBuffer is a bytes.Buffer that a command writes while a test reads.
 type syncBuffer struct {
@@ -230,7 +206,7 @@ func benchOnce(t *testing.T, secure bool, clients int, duration time.Duration, p
 	}
 	// The CPU the agents spend from when the clients start (the bench
 	// prints that line after registering its hosts) to the end.
-	var startTicks int64
+	var startCPU time.Duration
 	started := false
 	deadline := time.Now().Add(time.Minute)
 	for !started && time.Now().Before(deadline) {
@@ -243,7 +219,7 @@ func benchOnce(t *testing.T, secure bool, clients int, duration time.Duration, p
 		t.Fatalf("the bench did not start its clients:\n%s", errOut.String())
 	}
 	for _, s := range c.Servers {
-		startTicks += cpuTicks(s.pid())
+		startCPU += bench.ProcessCPUOf(s.pid())
 	}
 	load := loadAverage()
 	var profiling sync.WaitGroup
@@ -258,17 +234,17 @@ func benchOnce(t *testing.T, secure bool, clients int, duration time.Duration, p
 	if err != nil {
 		t.Fatalf("dmsc bench: %v\n%s", err, errOut.String())
 	}
-	var endTicks int64
+	var endCPU time.Duration
 	for _, s := range c.Servers {
-		endTicks += cpuTicks(s.pid())
+		endCPU += bench.ProcessCPUOf(s.pid())
 	}
 	var res benchResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("reading the bench's output: %v\n%s", err, out.String())
 	}
 	r := benchRun{secure: secure, res: res, load: load}
-	if res.Ops > 0 && startTicks > 0 {
-		r.serverCPUMS = float64(endTicks-startTicks) * 1000 / clockTicks / float64(res.Ops)
+	if res.Ops > 0 && startCPU > 0 {
+		r.serverCPUMS = float64((endCPU - startCPU).Microseconds()) / 1000 / float64(res.Ops)
 	}
 	if err := c.Stop(c.Servers...); err != nil {
 		t.Log(err)

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/dmsc/dmsc/internal/bench"
 )
 
 func main() {
@@ -73,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	b, err := newBench(o, stdout, stderr)
+	b, err := newRunner(o, stdout, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "bench-vs-etcd:", err)
 		return 1
@@ -103,16 +105,17 @@ type runResult struct {
 	Load       string  `json:"load"`
 }
 
-type bench struct {
+// runner runs the rounds and keeps their results.
+type runner struct {
 	o              options
 	out, log       io.Writer
 	etcd, etcdload string
 	results        []runResult
 }
 
-func newBench(o options, out, log io.Writer) (*bench, error) {
+func newRunner(o options, out, log io.Writer) (*runner, error) {
 	bin := filepath.Join(tmpDir(), "peers", "bin")
-	b := &bench{o: o, out: out, log: log, etcd: filepath.Join(bin, "etcd"), etcdload: filepath.Join(bin, "etcdload")}
+	b := &runner{o: o, out: out, log: log, etcd: filepath.Join(bin, "etcd"), etcdload: filepath.Join(bin, "etcdload")}
 	for _, p := range []string{b.etcd, b.etcdload, filepath.Join(o.peers, "etcd3.sh"), o.dmsc} {
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("%w (build etcd with the peers' build.sh, dmsc with `make build`)", err)
@@ -129,7 +132,7 @@ func tmpDir() string {
 }
 
 // all runs every round and prints the table.
-func (b *bench) all(ctx context.Context) error {
+func (b *runner) all(ctx context.Context) error {
 	fmt.Fprintf(b.out, "bench-vs-etcd: %d rounds of %v per system and client count; 3 servers each, separate processes, on this machine (%s)\n",
 		b.o.rounds, b.o.duration, machine())
 	for round := 1; round <= b.o.rounds; round++ {
@@ -164,7 +167,7 @@ func (b *bench) all(ctx context.Context) error {
 }
 
 // once runs one system once.
-func (b *bench) once(ctx context.Context, sys string, clients, round int) (runResult, error) {
+func (b *runner) once(ctx context.Context, sys string, clients, round int) (runResult, error) {
 	r := runResult{System: sys, Clients: clients, Round: round, Load: loadAverage()}
 	var err error
 	if sys == "etcd" {
@@ -184,7 +187,7 @@ type etcdLoad struct {
 
 // etcdOnce starts a fresh 3-member etcd with the peers' script, waits for
 // it to take writes, drives it with etcdload and stops it.
-func (b *bench) etcdOnce(ctx context.Context, r *runResult) error {
+func (b *runner) etcdOnce(ctx context.Context, r *runResult) error {
 	dir, err := os.MkdirTemp("", "etcd3-")
 	if err != nil {
 		return err
@@ -252,7 +255,7 @@ type dmscResult struct {
 }
 
 // dmscOnce runs `dmsc bench -spawn 3` once.
-func (b *bench) dmscOnce(ctx context.Context, r *runResult, last bool) error {
+func (b *runner) dmscOnce(ctx context.Context, r *runResult, last bool) error {
 	// Eight GPUs a client at least, so that no request finds the GPUs it
 	// asks for all taken.
 	args := []string{"bench", "-spawn", "3", "-clients", strconv.Itoa(r.Clients), "-duration", b.o.duration.String(),
@@ -287,7 +290,7 @@ func (b *bench) dmscOnce(ctx context.Context, r *runResult, last bool) error {
 
 // table prints the medians of every system and client count, and dmsc's
 // ratios to etcd.
-func (b *bench) table() {
+func (b *runner) table() {
 	type key struct {
 		sys     string
 		clients int
@@ -347,26 +350,12 @@ func msPer(d time.Duration, n float64) float64 {
 	return float64(d.Microseconds()) / 1000 / n
 }
 
-// pidsCPU is the user and system CPU time of the processes so far (Linux
-// /proc; 0 elsewhere).
+// pidsCPU is the user and system CPU time of the processes so far (0
+// where /proc does not say).
 func pidsCPU(pids []int) time.Duration {
 	var sum time.Duration
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		sum += time.Duration(u+s) * time.Second / 100 // USER_HZ
+		sum += bench.ProcessCPUOf(pid)
 	}
 	return sum
 }

@@ -10,7 +10,7 @@ import (
 // ratios to etcd at the same count.
 func TestTable(t *testing.T) {
 	var out bytes.Buffer
-	b := &bench{o: options{rounds: 3}, out: &out}
+	b := &runner{o: options{rounds: 3}, out: &out}
 	for i, w := range []float64{4000, 3000, 5000} {
 		b.results = append(b.results,
 			runResult{System: "etcd", Clients: 64, Round: i + 1, Writes: w, P50: 10, P99: 40 + float64(i)},

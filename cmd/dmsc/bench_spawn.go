@@ -19,6 +19,7 @@ import (
 
 	"github.com/dmsc/dmsc/client"
 	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/internal/bench"
 	"github.com/dmsc/dmsc/internal/certs"
 )
 
@@ -247,7 +248,7 @@ func (c *spawnedCluster) Addresses() []string {
 func (c *spawnedCluster) CPU() time.Duration {
 	var sum time.Duration
 	for _, a := range c.agents {
-		sum += processCPUOf(a.cmd.Process.Pid)
+		sum += bench.ProcessCPUOf(a.cmd.Process.Pid)
 	}
 	return sum
 }

@@ -245,13 +245,7 @@ func (c *benchCommand) Run(args []string) int {
 			c.ui.Error("Error: " + err.Error())
 			return exitError
 		}
-		defer func() {
-			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer ccancel()
-			if err := spawned.Close(cctx); err != nil {
-				c.ui.Error("Error: stopping the spawned agents: " + err.Error())
-			}
-		}()
+		defer c.closeAtEnd("stopping the spawned agents", spawned.Close)
 		addrs, nodes, serversCPU = spawned.Addresses(), spawn, spawned.CPU
 		clientTLS = tlsOrNil(spawned.tls)
 		fmt.Fprintf(progress, "bench: %d agents up: %s\n", spawn, strings.Join(addrs, ", "))
@@ -268,13 +262,7 @@ func (c *benchCommand) Run(args []string) int {
 			c.ui.Error("Error: local cluster: " + err.Error())
 			return exitError
 		}
-		defer func() {
-			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer ccancel()
-			if err := lc.Close(cctx); err != nil {
-				c.ui.Error("Error: stopping the local cluster: " + err.Error())
-			}
-		}()
+		defer c.closeAtEnd("stopping the local cluster", lc.Close)
 		addrs, nodes, connections = lc.Addresses(), local, lc.Connections
 		fmt.Fprintf(progress, "bench: started %d local servers: %s\n", local, strings.Join(addrs, ", "))
 	}
@@ -359,6 +347,15 @@ func (c *benchCommand) Run(args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// closeAtEnd runs close with 30 s to go, reporting a failure as what.
+func (c *benchCommand) closeAtEnd(what string, close func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := close(ctx); err != nil {
+		c.ui.Error("Error: " + what + ": " + err.Error())
+	}
 }
 
 // boolCount is how many of bs are true.

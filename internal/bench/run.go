@@ -516,38 +516,26 @@ func summarize(cfg *Config, workers []*worker, elapsed time.Duration) *Result {
 	}
 	var all []time.Duration
 	for op := range numOps {
-		var lat []time.Duration
-		var failed int64
-		for _, w := range workers {
-			lat = append(lat, w.lat[op]...)
-			failed += w.fails[op]
-		}
+		lat, failed := merge(workers, func(w *worker) ([]time.Duration, int64) { return w.lat[op], w.fails[op] })
 		if cfg.Mix[op] == 0 && len(lat) == 0 && failed == 0 {
 			continue
 		}
 		all = append(all, lat...)
 		r.Ops += int64(len(lat))
 		r.Failed += failed
-		r.ByOp[Op(op).String()] = OpResult{Ops: int64(len(lat)), Failed: failed,
-			OpsPerSec: round3(float64(len(lat)) / secs), LatencyMS: Summarize(lat)}
+		r.ByOp[Op(op).String()] = opResult(lat, failed, secs)
 	}
 	r.ByRequest = map[string]OpResult{}
 	var writes int
 	for k := range numRequests {
-		var lat []time.Duration
-		var failed int64
-		for _, w := range workers {
-			lat = append(lat, w.reqLat[k]...)
-			failed += w.reqErr[k]
-		}
+		lat, failed := merge(workers, func(w *worker) ([]time.Duration, int64) { return w.reqLat[k], w.reqErr[k] })
 		if len(lat) == 0 && failed == 0 {
 			continue
 		}
 		if k.isWrite() {
 			writes += len(lat)
 		}
-		r.ByRequest[requestNames[k]] = OpResult{Ops: int64(len(lat)), Failed: failed,
-			OpsPerSec: round3(float64(len(lat)) / secs), LatencyMS: Summarize(lat)}
+		r.ByRequest[requestNames[k]] = opResult(lat, failed, secs)
 	}
 	r.WritesPerSec = round3(float64(writes) / secs)
 	for _, w := range workers {
@@ -558,6 +546,22 @@ func summarize(cfg *Config, workers []*worker, elapsed time.Duration) *Result {
 	r.OpsPerSec = round3(float64(r.Ops) / secs)
 	r.LatencyMS = Summarize(all)
 	return r
+}
+
+// merge gathers one kind's latencies and failures over the workers.
+func merge(workers []*worker, of func(*worker) ([]time.Duration, int64)) (lat []time.Duration, failed int64) {
+	for _, w := range workers {
+		l, f := of(w)
+		lat = append(lat, l...)
+		failed += f
+	}
+	return lat, failed
+}
+
+// opResult summarises one kind's latencies (sorting them) and failures
+// over secs seconds.
+func opResult(lat []time.Duration, failed int64, secs float64) OpResult {
+	return OpResult{Ops: int64(len(lat)), Failed: failed, OpsPerSec: round3(float64(len(lat)) / secs), LatencyMS: Summarize(lat)}
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -11,9 +11,10 @@ import (
 // clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// processCPUOf is the user and system CPU time process pid has used so
-// far, 0 when /proc does not say.
-func processCPUOf(pid int) time.Duration {
+// ProcessCPUOf is the user and system CPU time process pid has used so
+// far, 0 when /proc does not say: what the servers of a benchmark spent,
+// read from outside.
+func ProcessCPUOf(pid int) time.Duration {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0
