@@ -239,7 +239,7 @@ func Run(ctx context.Context, cl *client.Client, cfg Config) (*Result, error) {
 	if r.Ops > 0 {
 		r.CPUMSPerOp = round3(ms(cpu) / float64(r.Ops))
 	}
-	if writes := r.WritesPerSec * r.DurationS; writes > 0 {
+	if writes := float64(r.writes()); writes > 0 {
 		r.CPUMSPerWrite = round3(ms(cpu+servers) / writes)
 		if cfg.ServersCPU != nil {
 			r.ServersCPUS = round3(servers.Seconds())
@@ -526,18 +526,14 @@ func summarize(cfg *Config, workers []*worker, elapsed time.Duration) *Result {
 		r.ByOp[Op(op).String()] = opResult(lat, failed, secs)
 	}
 	r.ByRequest = map[string]OpResult{}
-	var writes int
 	for k := range numRequests {
 		lat, failed := merge(workers, func(w *worker) ([]time.Duration, int64) { return w.reqLat[k], w.reqErr[k] })
 		if len(lat) == 0 && failed == 0 {
 			continue
 		}
-		if k.isWrite() {
-			writes += len(lat)
-		}
 		r.ByRequest[requestNames[k]] = opResult(lat, failed, secs)
 	}
-	r.WritesPerSec = round3(float64(writes) / secs)
+	r.WritesPerSec = round3(float64(r.writes()) / secs)
 	for _, w := range workers {
 		for k, n := range w.errs {
 			r.Errors[k] += n
@@ -546,6 +542,17 @@ func summarize(cfg *Config, workers []*worker, elapsed time.Duration) *Result {
 	r.OpsPerSec = round3(float64(r.Ops) / secs)
 	r.LatencyMS = Summarize(all)
 	return r
+}
+
+// writes is the number of successful write requests.
+func (r *Result) writes() int64 {
+	var n int64
+	for k := range numRequests {
+		if k.isWrite() {
+			n += r.ByRequest[requestNames[k]].Ops
+		}
+	}
+	return n
 }
 
 // merge gathers one kind's latencies and failures over the workers.
