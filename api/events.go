@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"hash/crc32"
 	"net/http"
 	"strconv"
 	"strings"
@@ -114,7 +115,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		l, _ := json.Marshal(b)
 		return append(l, '\n')
 	}
-	body.add(line(wire.EventBatch{}), nil)
+	body.add(line(wire.EventBatch{}))
 	if body.flush() != nil { // the headers go out at once
 		return nil
 	}
@@ -135,7 +136,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 				body.end(line(wire.EventBatch{Error: &eb}))
 				return nil
 			}
-			body.add(line(wire.EventBatch{}), nil)
+			body.add(line(wire.EventBatch{}))
 		case err != nil:
 			body.end(line(wire.EventBatch{Error: streamError(err)}))
 			return nil
@@ -158,11 +159,10 @@ func (b *streamBody) addSegments(segs []events.Segment, keep func(*fsm.Event) bo
 	for _, sg := range segs {
 		if sg.Whole() && (everything || keepsAll(sg, keep)) {
 			if len(own) > 0 {
-				b.add(own, nil)
+				b.add(own)
 				own = nil
 			}
-			enc := sg.Memo(encodeSegment).(*encodedSegment)
-			b.add(enc.plain, enc.deflated(b.gzip))
+			b.addShared(sg.Memo(encodeSegment).(*encodedSegment).lines(b.gzip))
 			continue
 		}
 		for _, bt := range sg.Batches {
@@ -170,7 +170,7 @@ func (b *streamBody) addSegments(segs []events.Segment, keep func(*fsm.Event) bo
 		}
 	}
 	if len(own) > 0 {
-		b.add(own, nil)
+		b.add(own)
 	}
 }
 
@@ -347,29 +347,33 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(append(append(dst, '"'), s...), '"')
 }
 
-// encodedSegment is a segment as the stream sends it: its batches' lines,
-// and those compressed (made the first time a gzip stream asks).
+// encodedSegment is a segment as the stream sends it: its batches'
+// lines, and what a gzip stream needs of them (made the first time one
+// asks).
 type encodedSegment struct {
-	plain []byte
-	once  sync.Once
-	z     []byte
+	once sync.Once
+	l    sharedLines
 }
 
 func encodeSegment(bs []events.Batch) any {
 	e := &encodedSegment{}
 	for _, b := range bs {
-		e.plain = append(e.plain, b.Memo(encodeBatch).(*encodedBatch).line...)
+		e.l.plain = append(e.l.plain, b.Memo(encodeBatch).(*encodedBatch).line...)
 	}
 	return e
 }
 
-// deflated is the segment's lines as deflate blocks, when gz; nil if not.
-func (e *encodedSegment) deflated(gz bool) []byte {
+// lines is the segment's lines, with their deflate blocks and CRC when
+// gz.
+func (e *encodedSegment) lines(gz bool) sharedLines {
 	if !gz {
-		return nil
+		return sharedLines{plain: e.l.plain}
 	}
-	e.once.Do(func() { e.z = deflateBlocks(e.plain, true) })
-	return e.z
+	e.once.Do(func() {
+		e.l.z = deflateBlocks(e.l.plain, true)
+		e.l.crc = crc32.ChecksumIEEE(e.l.plain)
+	})
+	return e.l
 }
 
 // eventPayload is the payload of an event as the stream sends it.

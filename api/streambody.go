@@ -39,19 +39,33 @@ func (s *Server) startEventBody(w http.ResponseWriter, r *http.Request) *streamB
 	return b
 }
 
-// add adds lines to what the next flush writes; z, when not nil, is
-// their deflate blocks made already.
-func (b *streamBody) add(lines, z []byte) {
+// add adds lines of this stream's own to what the next flush writes.
+func (b *streamBody) add(lines []byte) {
 	if !b.gzip {
 		b.out = append(b.out, lines...)
 		return
 	}
-	if z == nil {
-		z = deflateBlocks(lines, false)
+	b.addShared(sharedLines{plain: lines, z: deflateBlocks(lines, false), crc: crc32.ChecksumIEEE(lines)})
+}
+
+// sharedLines is lines that many streams send, with what a gzip stream
+// needs of them made once: their deflate blocks and their CRC-32.
+type sharedLines struct {
+	plain, z []byte
+	crc      uint32
+}
+
+// addShared adds lines made for every stream: a gzip stream takes their
+// blocks as they are and folds their CRC into its own, so that it never
+// reads the lines themselves.
+func (b *streamBody) addShared(l sharedLines) {
+	if !b.gzip {
+		b.out = append(b.out, l.plain...)
+		return
 	}
-	b.out = append(b.out, z...)
-	b.crc = crc32.Update(b.crc, crc32.IEEETable, lines)
-	b.size += uint32(len(lines))
+	b.out = append(b.out, l.z...)
+	b.crc = crc32Combine(b.crc, l.crc, len(l.plain))
+	b.size += uint32(len(l.plain))
 }
 
 // flush writes what was added, in one write.
@@ -66,7 +80,7 @@ func (b *streamBody) flush() error {
 
 // end writes the stream's last line and ends the gzip member.
 func (b *streamBody) end(line []byte) {
-	b.add(line, nil)
+	b.add(line)
 	if b.gzip {
 		b.out = append(b.out, 0x03, 0x00) // an empty final block
 		b.out = binary.LittleEndian.AppendUint32(b.out, b.crc)
@@ -113,4 +127,61 @@ func acceptsGzip(header string) bool {
 		return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
 	}
 	return false
+}
+
+// crc32Combine is the IEEE CRC-32 of A followed by B, from A's, B's and
+// B's length n, in time logarithmic in n: A's CRC is carried over n
+// zero bytes (multiplied by x^(8n) modulo the polynomial) and B's added.
+// It is zlib's crc32_combine; the standard library has no such function.
+func crc32Combine(crcA, crcB uint32, n int) uint32 {
+	if n <= 0 {
+		return crcA
+	}
+	return crcMulModP(crcX8n(uint64(n)), crcA) ^ crcB
+}
+
+// crcPoly is the IEEE polynomial, bit-reversed as hash/crc32 uses it;
+// crcOne is the polynomial 1 in that order.
+const (
+	crcPoly = 0xedb88320
+	crcOne  = 1 << 31
+)
+
+// crcX2k[k] is x^(2^k) modulo the polynomial.
+var crcX2k = func() (t [32]uint32) {
+	p := uint32(crcOne >> 1) // x^1
+	for k := range t {
+		t[k] = p
+		p = crcMulModP(p, p)
+	}
+	return t
+}()
+
+// crcMulModP is a(x)·b(x) modulo the polynomial.
+func crcMulModP(a, b uint32) uint32 {
+	var p uint32
+	for m := uint32(crcOne); m != 0 && a != 0; m >>= 1 {
+		if a&m != 0 {
+			p ^= b
+			a ^= m
+		}
+		if b&1 != 0 {
+			b = b>>1 ^ crcPoly
+		} else {
+			b >>= 1
+		}
+	}
+	return p
+}
+
+// crcX8n is x^(8n) modulo the polynomial: what n zero bytes multiply a
+// CRC by.
+func crcX8n(n uint64) uint32 {
+	p := uint32(crcOne)
+	for k := 3; n != 0; n, k = n>>1, k+1 {
+		if n&1 != 0 {
+			p = crcMulModP(crcX2k[k%32], p)
+		}
+	}
+	return p
 }

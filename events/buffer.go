@@ -67,7 +67,8 @@ func (b Batch) Memo(f func([]fsm.Event) any) any {
 
 // Segment is consecutive batches sealed together: readers are woken once
 // per segment, not once per batch, and a segment read whole has its
-// encoding made once for all its readers (Memo).
+// encoding made once for all its readers (Memo). Its Batches are shared
+// with the segment's other readers: read them, never write them.
 type Segment struct {
 	Batches []Batch
 	memo    *memo // nil: a part of a segment (the reader began inside it)
@@ -87,9 +88,12 @@ func (s Segment) Memo(f func([]Batch) any) any {
 }
 
 // sealed is a segment in the buffer: batch positions [start, end).
+// batches is them, shared by every reader of the whole segment (never
+// written after the seal); nil once the segment is a part.
 type sealed struct {
 	start, end uint64
 	memo       *memo
+	batches    []Batch
 }
 
 // Buffer holds the latest batches, up to size events in all (a batch
@@ -217,7 +221,9 @@ func (b *Buffer) sealIfOpen(gen uint64) {
 func (b *Buffer) sealOpen() {
 	end := b.first + uint64(len(b.batches)-b.head)
 	if end > b.sealedTo {
-		b.segs = append(b.segs, sealed{start: b.sealedTo, end: end, memo: &memo{}})
+		lo := b.head + int(b.sealedTo-b.first)
+		b.segs = append(b.segs, sealed{start: b.sealedTo, end: end, memo: &memo{},
+			batches: slices.Clone(b.batches[lo:])})
 		b.sealedTo = end
 	}
 	b.wakeAll(b.openTopics)
@@ -385,12 +391,13 @@ func (b *Buffer) segments(from uint64) []Segment {
 	k := sort.Search(len(segs), func(i int) bool { return segs[i].end > from })
 	out := make([]Segment, 0, len(segs)-k)
 	for _, sg := range segs[k:] {
-		start, m := sg.start, sg.memo
-		if from > start {
-			start, m = from, nil
+		if sg.batches != nil && from <= sg.start {
+			out = append(out, Segment{Batches: sg.batches, memo: sg.memo})
+			continue
 		}
+		start := max(sg.start, from)
 		lo, hi := b.head+int(start-b.first), b.head+int(sg.end-b.first)
-		out = append(out, Segment{Batches: slices.Clone(b.batches[lo:hi]), memo: m})
+		out = append(out, Segment{Batches: slices.Clone(b.batches[lo:hi])})
 	}
 	return out
 }
