@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,17 @@ func parseTopics(vals []string) (topicFilter, error) {
 	return f, nil
 }
 
+// keyed says whether the filter names a key of some topic, so that an
+// event's topic alone does not decide.
+func (f topicFilter) keyed() bool {
+	for _, keys := range f {
+		if !keys["*"] {
+			return true
+		}
+	}
+	return false
+}
+
 func (f topicFilter) match(ev *fsm.Event) bool {
 	if len(f) == 0 {
 		return true
@@ -104,11 +116,15 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 			sub.Only(t) // batches without it need not wake this stream
 		}
 	}
+	sub.Quiet(s.opts.EventHeartbeat)
 	may := s.eventAccess(r.Context(), ns)
-	keep := func(ev *fsm.Event) bool { return topics.match(ev) && may(ev) }
-	// everything: the stream keeps every event, so every segment read
-	// whole goes out as its shared encoding without a look at its events.
-	everything := len(topics) == 0 && ns == "*" && authorizerOf(r.Context()) == nil
+	f := streamFilter{
+		keep: func(ev *fsm.Event) bool { return topics.match(ev) && may(ev) },
+		// every segment read whole goes out as its shared encoding
+		// without a look at its events
+		everything: len(topics) == 0 && ns == "*" && authorizerOf(r.Context()) == nil,
+		byKind:     !topics.keyed(),
+	}
 
 	body := s.startEventBody(w, r)
 	line := func(b wire.EventBatch) []byte {
@@ -124,13 +140,11 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		// every events.DefaultSeal), and all of it goes out in one
 		// write: a stream costs the node a bounded number of wake-ups and
 		// writes per second however fast the cluster changes.
-		ctx, cancel := context.WithTimeout(r.Context(), s.opts.EventHeartbeat)
-		segs, err := sub.Next(ctx)
-		cancel()
+		segs, err := sub.Next(r.Context())
 		switch {
 		case r.Context().Err() != nil:
 			return nil // the reader left
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, events.ErrQuiet):
 			if bad := s.tokenGone(r); bad != nil {
 				_, eb := errorBody(bad)
 				body.end(line(wire.EventBatch{Error: &eb}))
@@ -141,7 +155,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 			body.end(line(wire.EventBatch{Error: streamError(err)}))
 			return nil
 		default:
-			body.addSegments(segs, keep, everything)
+			body.addSegments(segs, f)
 		}
 		if body.flush() != nil {
 			return nil // too slow to take the lines, or gone
@@ -149,15 +163,42 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// addSegments adds the stream's lines of segs, of the events keep keeps
-// (all of them when everything): a segment read whole and kept whole is
-// its encoding made once for every reader (Segment.Memo); of the others,
-// each batch kept whole is its line made once (Batch.Memo), and a batch
-// none of whose events is kept is not encoded at all.
-func (b *streamBody) addSegments(segs []events.Segment, keep func(*fsm.Event) bool, everything bool) {
+// streamFilter is which events a stream sends: those keep keeps.
+// everything says it keeps all, byKind that keep looks at an event's
+// topic and namespace alone.
+type streamFilter struct {
+	keep       func(*fsm.Event) bool
+	everything bool
+	byKind     bool
+}
+
+// keepsAll says whether the filter keeps every event of sg.
+func (f streamFilter) keepsAll(sg events.Segment) bool {
+	if f.everything {
+		return true
+	}
+	if f.byKind {
+		return !slices.ContainsFunc(sg.Kinds(), func(ev *fsm.Event) bool { return !f.keep(ev) })
+	}
+	for _, bt := range sg.Batches {
+		for i := range bt.Events {
+			if !f.keep(&bt.Events[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// addSegments adds the stream's lines of segs, of the events f keeps: a
+// segment read whole and kept whole is its encoding made once for every
+// reader (Segment.Memo); of the others, each batch kept whole is its
+// line made once (Batch.Memo), and a batch none of whose events is kept
+// is not encoded at all.
+func (b *streamBody) addSegments(segs []events.Segment, f streamFilter) {
 	var own []byte
 	for _, sg := range segs {
-		if sg.Whole() && (everything || keepsAll(sg, keep)) {
+		if sg.Whole() && f.keepsAll(sg) {
 			if len(own) > 0 {
 				b.add(own)
 				own = nil
@@ -166,23 +207,12 @@ func (b *streamBody) addSegments(segs []events.Segment, keep func(*fsm.Event) bo
 			continue
 		}
 		for _, bt := range sg.Batches {
-			own = appendBatchLine(own, bt, keep)
+			own = appendBatchLine(own, bt, f.keep)
 		}
 	}
 	if len(own) > 0 {
 		b.add(own)
 	}
-}
-
-func keepsAll(sg events.Segment, keep func(*fsm.Event) bool) bool {
-	for _, bt := range sg.Batches {
-		for i := range bt.Events {
-			if !keep(&bt.Events[i]) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // appendBatchLine appends the line of the events of batch b that keep

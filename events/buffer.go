@@ -33,6 +33,9 @@ var (
 	ErrReset = errors.New("the replica restored a snapshot: events before it are not known")
 	// ErrClosed: the buffer was closed (the node is shutting down).
 	ErrClosed = errors.New("event buffer closed")
+	// ErrQuiet: nothing was sealed for the subscription within its quiet
+	// period (Quiet); it goes on.
+	ErrQuiet = errors.New("no events within the quiet period")
 )
 
 // DefaultSize is the number of events a buffer holds by default.
@@ -72,6 +75,31 @@ func (b Batch) Memo(f func([]fsm.Event) any) any {
 type Segment struct {
 	Batches []Batch
 	memo    *memo // nil: a part of a segment (the reader began inside it)
+	kinds   []*fsm.Event
+}
+
+// Kinds is one event of each topic and namespace the segment holds, in
+// the order they first appear: a reader whose filter looks at nothing
+// else judges the segment by them (made once at the seal for a whole
+// segment).
+func (s Segment) Kinds() []*fsm.Event {
+	if s.kinds != nil || len(s.Batches) == 0 {
+		return s.kinds
+	}
+	return kindsOf(s.Batches)
+}
+
+func kindsOf(bs []Batch) []*fsm.Event {
+	var out []*fsm.Event
+	for _, b := range bs {
+		for i := range b.Events {
+			ev := &b.Events[i]
+			if !slices.ContainsFunc(out, func(k *fsm.Event) bool { return k.Topic == ev.Topic && k.Namespace == ev.Namespace }) {
+				out = append(out, ev)
+			}
+		}
+	}
+	return out
 }
 
 // Whole says the segment was read whole, so that its Memo is shared.
@@ -88,12 +116,13 @@ func (s Segment) Memo(f func([]Batch) any) any {
 }
 
 // sealed is a segment in the buffer: batch positions [start, end).
-// batches is them, shared by every reader of the whole segment (never
-// written after the seal); nil once the segment is a part.
+// batches is them, and kinds their Kinds, shared by every reader of the
+// whole segment (never written after the seal); nil once it is a part.
 type sealed struct {
 	start, end uint64
 	memo       *memo
 	batches    []Batch
+	kinds      []*fsm.Event
 }
 
 // Buffer holds the latest batches, up to size events in all (a batch
@@ -221,9 +250,8 @@ func (b *Buffer) sealIfOpen(gen uint64) {
 func (b *Buffer) sealOpen() {
 	end := b.first + uint64(len(b.batches)-b.head)
 	if end > b.sealedTo {
-		lo := b.head + int(b.sealedTo-b.first)
-		b.segs = append(b.segs, sealed{start: b.sealedTo, end: end, memo: &memo{},
-			batches: slices.Clone(b.batches[lo:])})
+		bs := slices.Clone(b.batches[b.head+int(b.sealedTo-b.first):])
+		b.segs = append(b.segs, sealed{start: b.sealedTo, end: end, memo: &memo{}, batches: bs, kinds: kindsOf(bs)})
 		b.sealedTo = end
 	}
 	b.wakeAll(b.openTopics)
@@ -311,7 +339,15 @@ type Subscription struct {
 	// topic, when set, is the one topic the reader wants: it is woken
 	// only by batches with an event of it (Only).
 	topic fsm.Topic
+	// quiet, when set, is how long Next waits before ErrQuiet (Quiet),
+	// on a timer of the subscription's own, kept from call to call.
+	quiet time.Duration
+	timer *time.Timer
 }
+
+// Quiet makes Next answer ErrQuiet when nothing was sealed for it within
+// d (0: never), so that a stream can send a heartbeat.
+func (s *Subscription) Quiet(d time.Duration) { s.quiet = d }
 
 // Only says the reader wants events of topic t alone, so that batches
 // without one do not wake it (Next still returns every batch; the
@@ -347,11 +383,22 @@ func (b *Buffer) Subscribe(after uint64) (*Subscription, error) {
 
 // Next returns the segments sealed since the last call (the first of
 // them a part, when the reader began inside it), waiting for one until
-// ctx ends (then it returns nil and ctx's error). It answers ErrSlow when
-// batches the subscriber had yet to read were dropped, ErrReset after a
-// Reset and ErrClosed once the buffer is closed.
+// ctx ends (then it returns nil and ctx's error) or, with Quiet, until
+// the quiet period passes (then nil and ErrQuiet). It answers ErrSlow
+// when batches the subscriber had yet to read were dropped, ErrReset
+// after a Reset and ErrClosed once the buffer is closed.
 func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 	b := s.b
+	var quiet <-chan time.Time
+	if s.quiet > 0 {
+		if s.timer == nil {
+			s.timer = time.NewTimer(s.quiet)
+		} else {
+			s.timer.Reset(s.quiet)
+		}
+		defer s.timer.Stop()
+		quiet = s.timer.C
+	}
 	for {
 		b.mu.Lock()
 		switch {
@@ -378,6 +425,8 @@ func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 		b.mu.Unlock()
 		select {
 		case <-wake:
+		case <-quiet:
+			return nil, ErrQuiet
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -392,7 +441,7 @@ func (b *Buffer) segments(from uint64) []Segment {
 	out := make([]Segment, 0, len(segs)-k)
 	for _, sg := range segs[k:] {
 		if sg.batches != nil && from <= sg.start {
-			out = append(out, Segment{Batches: sg.batches, memo: sg.memo})
+			out = append(out, Segment{Batches: sg.batches, memo: sg.memo, kinds: sg.kinds})
 			continue
 		}
 		start := max(sg.start, from)

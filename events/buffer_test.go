@@ -329,3 +329,51 @@ func TestSegmentPartlyDropped(t *testing.T) {
 		t.Fatalf("%+v %v", sg, err)
 	}
 }
+
+// With Quiet, Next answers ErrQuiet when nothing is sealed within the
+// period, and goes on reading after it.
+func TestQuietPeriod(t *testing.T) {
+	b := New(10, 0, 0)
+	sub, _ := b.Subscribe(0)
+	sub.Quiet(20 * time.Millisecond)
+	for range 2 { // the timer is used again
+		if _, err := sub.Next(ctxT(t)); !errors.Is(err, ErrQuiet) {
+			t.Fatalf("Next with nothing published: %v", err)
+		}
+	}
+	b.Publish(1, []fsm.Event{ev(1, "a")})
+	if got := indexes(t, sub, 1); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("after a quiet period: %v", got)
+	}
+}
+
+// Kinds is one event of each topic and namespace, the same for a whole
+// segment (made at the seal) and for a part of one.
+func TestSegmentKinds(t *testing.T) {
+	b := New(100, 0, time.Hour)
+	whole, _ := b.Subscribe(0)
+	nsEv := func(i uint64, topic fsm.Topic, ns string) fsm.Event {
+		return fsm.Event{Topic: topic, Namespace: ns, Index: i, Key: "k"}
+	}
+	b.Publish(1, []fsm.Event{nsEv(1, fsm.TopicAllocation, "a"), nsEv(1, fsm.TopicDevice, "")})
+	part, _ := b.Subscribe(1)
+	b.Publish(2, []fsm.Event{nsEv(2, fsm.TopicAllocation, "b"), nsEv(2, fsm.TopicAllocation, "a")})
+	b.Publish(3, make([]fsm.Event, 22)) // 26 events: sealed; 22 of no topic or namespace
+	kinds := func(sub *Subscription) (out []string) {
+		sg, err := sub.Next(ctxT(t))
+		if err != nil || len(sg) != 1 {
+			t.Fatalf("%+v %v", sg, err)
+		}
+		for _, k := range sg[0].Kinds() {
+			out = append(out, string(k.Topic)+"/"+k.Namespace)
+		}
+		return out
+	}
+	want := []string{"Allocation/a", "Device/", "Allocation/b", "/"}
+	if got := kinds(whole); !slices.Equal(got, want) {
+		t.Fatalf("whole segment: %v, want %v", got, want)
+	}
+	if got, want := kinds(part), []string{"Allocation/b", "Allocation/a", "/"}; !slices.Equal(got, want) {
+		t.Fatalf("part of it: %v, want %v", got, want)
+	}
+}
