@@ -22,6 +22,9 @@ type streamBody struct {
 	crc   uint32
 	size  uint32
 	out   []byte // what the next flush writes
+	// shared, when set, is all the next flush writes: bytes made for
+	// every stream, written as they are rather than copied into out.
+	shared []byte
 }
 
 // gzipHeader opens a gzip member: deflate, no name, no time, unknown OS.
@@ -42,7 +45,7 @@ func (s *Server) startEventBody(w http.ResponseWriter, r *http.Request) *streamB
 // add adds lines of this stream's own to what the next flush writes.
 func (b *streamBody) add(lines []byte) {
 	if !b.gzip {
-		b.out = append(b.out, lines...)
+		b.put(lines, false)
 		return
 	}
 	b.addShared(sharedLines{plain: lines, z: deflateBlocks(lines, false), crc: crc32.ChecksumIEEE(lines)})
@@ -60,21 +63,39 @@ type sharedLines struct {
 // reads the lines themselves.
 func (b *streamBody) addShared(l sharedLines) {
 	if !b.gzip {
-		b.out = append(b.out, l.plain...)
+		b.put(l.plain, true)
 		return
 	}
-	b.out = append(b.out, l.z...)
+	b.put(l.z, true)
 	b.crc = crc32Combine(b.crc, l.crc, len(l.plain))
 	b.size += uint32(len(l.plain))
 }
 
+// put adds p to what the next flush writes; when p is shared and all of
+// it, it is written from where it is.
+func (b *streamBody) put(p []byte, shared bool) {
+	if shared && len(b.out) == 0 && b.shared == nil {
+		b.shared = p
+		return
+	}
+	if b.shared != nil {
+		b.out = append(b.out, b.shared...)
+		b.shared = nil
+	}
+	b.out = append(b.out, p...)
+}
+
 // flush writes what was added, in one write.
 func (b *streamBody) flush() error {
-	if len(b.out) == 0 {
+	p := b.out
+	if b.shared != nil {
+		p = b.shared
+	}
+	if len(p) == 0 {
 		return nil
 	}
-	err := b.write(b.out)
-	b.out = b.out[:0]
+	err := b.write(p)
+	b.out, b.shared = b.out[:0], nil
 	return err
 }
 
@@ -82,7 +103,7 @@ func (b *streamBody) flush() error {
 func (b *streamBody) end(line []byte) {
 	b.add(line)
 	if b.gzip {
-		b.out = append(b.out, 0x03, 0x00) // an empty final block
+		b.put([]byte{0x03, 0x00}, false) // an empty final block
 		b.out = binary.LittleEndian.AppendUint32(b.out, b.crc)
 		b.out = binary.LittleEndian.AppendUint32(b.out, b.size)
 	}
