@@ -3,6 +3,8 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -375,5 +377,113 @@ func TestSegmentKinds(t *testing.T) {
 	}
 	if got, want := kinds(part), []string{"Allocation/b", "Allocation/a", "/"}; !slices.Equal(got, want) {
 		t.Fatalf("part of it: %v, want %v", got, want)
+	}
+}
+
+// Random publishes, subscriptions from random indexes and reads, against
+// the list of every batch published: each reader gets the batches after
+// its index, in order and without a gap, until it is cut off, and only
+// when a batch it had yet to read was dropped; every segment's Kinds are
+// those of its batches; a whole segment's batches are the same for every
+// reader, and stay as published while later batches come and go.
+func TestRandomReads(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		b := New(8+rng.IntN(40), 0, time.Hour) // sealed by size: a quarter of the buffer
+		type reader struct {
+			sub  *Subscription
+			want int // position in published of the next batch it must get
+			cut  bool
+		}
+		var published []Batch
+		var readers []*reader
+		var whole [][]Batch // every whole segment read, as read
+		topics := []fsm.Topic{fsm.TopicAllocation, fsm.TopicDevice, fsm.TopicQueue}
+		for step := range 400 {
+			switch r := rng.IntN(10); {
+			case r < 5:
+				index := uint64(len(published) + 1)
+				evs := make([]fsm.Event, 1+rng.IntN(4))
+				for i := range evs {
+					evs[i] = fsm.Event{Topic: topics[rng.IntN(len(topics))], Namespace: []string{"a", "b", ""}[rng.IntN(3)], Index: index, Key: fmt.Sprint(step)}
+				}
+				b.Publish(index, evs)
+				published = append(published, Batch{Index: index, Events: slices.Clone(evs)})
+			case r < 7:
+				after := uint64(rng.IntN(len(published) + 1))
+				sub, err := b.Subscribe(after)
+				if errors.Is(err, ErrIndexTooOld) {
+					if after >= b.Oldest() {
+						t.Fatalf("seed %d: Subscribe(%d) too old, oldest %d", seed, after, b.Oldest())
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if after == 0 {
+					after = uint64(len(published))
+				}
+				sub.Quiet(time.Microsecond)
+				readers = append(readers, &reader{sub: sub, want: int(after)})
+			default:
+				if len(readers) == 0 {
+					continue
+				}
+				rd := readers[rng.IntN(len(readers))]
+				if rd.cut {
+					continue
+				}
+				segs, err := rd.sub.Next(context.Background())
+				switch {
+				case errors.Is(err, ErrQuiet):
+					continue
+				case errors.Is(err, ErrSlow):
+					if uint64(rd.want+1) > b.Oldest() {
+						t.Fatalf("seed %d: reader at batch %d cut off, but the buffer holds from index %d on", seed, rd.want+1, b.Oldest()+1)
+					}
+					rd.cut = true
+					continue
+				case err != nil:
+					t.Fatal(err)
+				}
+				for _, sg := range segs {
+					if len(sg.Batches) == 0 {
+						t.Fatalf("seed %d: an empty segment", seed)
+					}
+					var kinds []string
+					for _, k := range sg.Kinds() {
+						kinds = append(kinds, string(k.Topic)+"/"+k.Namespace)
+					}
+					var fromBatches []string
+					for _, k := range kindsOf(sg.Batches) {
+						fromBatches = append(fromBatches, string(k.Topic)+"/"+k.Namespace)
+					}
+					if !slices.Equal(kinds, fromBatches) {
+						t.Fatalf("seed %d: segment kinds %v, its batches' %v", seed, kinds, fromBatches)
+					}
+					for _, bt := range sg.Batches {
+						if rd.want >= len(published) || bt.Index != published[rd.want].Index || len(bt.Events) != len(published[rd.want].Events) {
+							t.Fatalf("seed %d: reader got index %d, want the batch at position %d of %d", seed, bt.Index, rd.want, len(published))
+						}
+						rd.want++
+					}
+					if sg.Whole() {
+						whole = append(whole, sg.Batches)
+					}
+				}
+			}
+		}
+		for _, bs := range whole { // as published, whatever came and went since
+			for _, bt := range bs {
+				if bt.Index == 0 || bt.Index > uint64(len(published)) {
+					t.Fatalf("seed %d: a shared segment holds a batch of index %d now", seed, bt.Index)
+				}
+				p := published[bt.Index-1]
+				if len(bt.Events) != len(p.Events) || bt.Events[0].Key != p.Events[0].Key {
+					t.Fatalf("seed %d: a shared segment's batch %d changed", seed, bt.Index)
+				}
+			}
+		}
 	}
 }
