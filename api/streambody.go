@@ -22,9 +22,9 @@ type streamBody struct {
 	crc   uint32
 	size  uint32
 	out   []byte // what the next flush writes
-	// shared, when set, is all the next flush writes: bytes made for
-	// every stream, written as they are rather than copied into out.
-	shared []byte
+	// only, when set, is all the next flush writes, written from where
+	// it lies rather than copied into out (a shared segment, mostly).
+	only []byte
 }
 
 // gzipHeader opens a gzip member: deflate, no name, no time, unknown OS.
@@ -45,10 +45,12 @@ func (s *Server) startEventBody(w http.ResponseWriter, r *http.Request) *streamB
 // add adds lines of this stream's own to what the next flush writes.
 func (b *streamBody) add(lines []byte) {
 	if !b.gzip {
-		b.put(lines, false)
+		b.put(lines)
 		return
 	}
-	b.addShared(sharedLines{plain: lines, z: deflateBlocks(lines, false), crc: crc32.ChecksumIEEE(lines)})
+	b.put(deflateBlocks(lines, false))
+	b.crc = crc32.Update(b.crc, crc32.IEEETable, lines)
+	b.size += uint32(len(lines))
 }
 
 // sharedLines is lines that many streams send, with what a gzip stream
@@ -63,24 +65,24 @@ type sharedLines struct {
 // reads the lines themselves.
 func (b *streamBody) addShared(l sharedLines) {
 	if !b.gzip {
-		b.put(l.plain, true)
+		b.put(l.plain)
 		return
 	}
-	b.put(l.z, true)
+	b.put(l.z)
 	b.crc = crc32Combine(b.crc, l.crc, len(l.plain))
 	b.size += uint32(len(l.plain))
 }
 
-// put adds p to what the next flush writes; when p is shared and all of
-// it, it is written from where it is.
-func (b *streamBody) put(p []byte, shared bool) {
-	if shared && len(b.out) == 0 && b.shared == nil {
-		b.shared = p
+// put adds p to what the next flush writes. p is not copied while it is
+// all the next flush writes, so it must not change until then.
+func (b *streamBody) put(p []byte) {
+	if len(b.out) == 0 && b.only == nil {
+		b.only = p
 		return
 	}
-	if b.shared != nil {
-		b.out = append(b.out, b.shared...)
-		b.shared = nil
+	if b.only != nil {
+		b.out = append(b.out, b.only...)
+		b.only = nil
 	}
 	b.out = append(b.out, p...)
 }
@@ -88,14 +90,14 @@ func (b *streamBody) put(p []byte, shared bool) {
 // flush writes what was added, in one write.
 func (b *streamBody) flush() error {
 	p := b.out
-	if b.shared != nil {
-		p = b.shared
+	if b.only != nil {
+		p = b.only
 	}
 	if len(p) == 0 {
 		return nil
 	}
 	err := b.write(p)
-	b.out, b.shared = b.out[:0], nil
+	b.out, b.only = b.out[:0], nil
 	return err
 }
 
@@ -103,7 +105,7 @@ func (b *streamBody) flush() error {
 func (b *streamBody) end(line []byte) {
 	b.add(line)
 	if b.gzip {
-		b.put([]byte{0x03, 0x00}, false) // an empty final block
+		b.put([]byte{0x03, 0x00}) // an empty final block
 		b.out = binary.LittleEndian.AppendUint32(b.out, b.crc)
 		b.out = binary.LittleEndian.AppendUint32(b.out, b.size)
 	}
