@@ -386,9 +386,16 @@ type encodedSegment struct {
 }
 
 func encodeSegment(bs []events.Batch) any {
+	lines := make([][]byte, len(bs))
+	n := 0
+	for i, b := range bs {
+		lines[i] = b.Memo(encodeBatch).(*encodedBatch).line
+		n += len(lines[i])
+	}
 	e := &encodedSegment{}
-	for _, b := range bs {
-		e.l.plain = append(e.l.plain, b.Memo(encodeBatch).(*encodedBatch).line...)
+	e.l.plain = make([]byte, 0, n) // one allocation, not one per doubling
+	for _, l := range lines {
+		e.l.plain = append(e.l.plain, l...)
 	}
 	return e
 }
