@@ -21,7 +21,8 @@ import (
 // both terms are in devices; the weight is its quota's (1 without one).
 // A namespace is below its share of a type when its score is under the
 // share line: the score it would have if the devices held now and lately
-// by the members (the namespaces that hold some or wait) were split in
+// by the members (the namespaces that hold some, wait, or have a usage
+// not yet decayed to zero) were split in
 // proportion to their weights, Σ(held + recent) / Σ weight. When capacity
 // frees, the waiting namespace below its share with the lowest score is
 // tried first, with its next request (by priority, then arrival); a
@@ -154,8 +155,9 @@ func (s *State) fairOrder(keys []queueKey, try func(queueKey) bool) {
 	}
 	names := sortedKeys(byNS)
 	next := make([]int, len(names))
-	// members(t) are the namespaces that hold devices of type t or wait,
-	// in order: those a share of t is counted among.
+	// members(t) are the namespaces that hold devices of type t, wait,
+	// or have a usage of t not yet decayed to zero, in order: those a
+	// share of t is counted among.
 	memo := map[DeviceType][]string{}
 	members := func(t DeviceType) []string {
 		if m, ok := memo[t]; ok {
@@ -213,8 +215,8 @@ func (s *State) fairOrder(keys []queueKey, try func(queueKey) bool) {
 
 // fairMean is the score a namespace has when it holds exactly its share
 // of type t: the devices held now and lately by the members (those that
-// hold some or wait), per unit of their weights together. A namespace
-// whose score is below it is below its share.
+// hold some, wait, or used it lately), per unit of their weights
+// together. A namespace whose score is below it is below its share.
 func (s *State) fairMean(t DeviceType, members []string) float64 {
 	var sum, weights float64
 	for _, ns := range members { // in order: float sums depend on it
