@@ -22,8 +22,8 @@ import (
 // A namespace is below its share of a type when its score is under the
 // share line: the score it would have if the devices held now and lately
 // by the members (the namespaces that hold some, wait, or have a usage
-// not yet decayed to zero) were split in
-// proportion to their weights, Σ(held + recent) / Σ weight. When capacity
+// not yet decayed to zero) were split in proportion to their weights,
+// Σ(held + recent) / Σ weight. When capacity
 // frees, the waiting namespace below its share with the lowest score is
 // tried first, with its next request (by priority, then arrival); a
 // request placed raises its namespace's score at once, so one namespace
