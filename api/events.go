@@ -117,6 +117,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	sub.Quiet(s.opts.EventHeartbeat)
+	sub.Spread() // the node's streams take turns to write, not all at each seal
 	may := s.eventAccess(r.Context(), ns)
 	f := streamFilter{
 		keep: func(ev *fsm.Event) bool { return topics.match(ev) && may(ev) },
@@ -137,9 +138,10 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) error {
 	}
 	for {
 		// The buffer wakes a stream once per sealed segment (at most
-		// every events.DefaultSeal), and all of it goes out in one
-		// write: a stream costs the node a bounded number of wake-ups and
-		// writes per second however fast the cluster changes.
+		// every events.DefaultSeal, at the stream's phase after the seal),
+		// and all of it goes out in one write: a stream costs the node a
+		// bounded number of wake-ups and writes per second however fast
+		// the cluster changes, and the node's streams take turns.
 		segs, err := sub.Next(r.Context())
 		switch {
 		case r.Context().Err() != nil:

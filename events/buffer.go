@@ -157,7 +157,11 @@ type Buffer struct {
 	// epoch grows at every Reset: a subscription of an older epoch is
 	// cut off.
 	epoch uint64
-	wake  chan struct{}
+	// sealedAt is when the last seal was; spread counts the
+	// subscriptions that asked for a phase (Spread).
+	sealedAt time.Time
+	spread   uint64
+	wake     chan struct{}
 	// topicWake wakes the readers of one topic only: closed when a
 	// batch with an event of the topic is published (made on demand).
 	topicWake map[fsm.Topic]chan struct{}
@@ -254,6 +258,7 @@ func (b *Buffer) sealOpen() {
 		b.segs = append(b.segs, sealed{start: b.sealedTo, end: end, memo: &memo{}, batches: bs, kinds: kindsOf(bs)})
 		b.sealedTo = end
 	}
+	b.sealedAt = time.Now()
 	b.wakeAll(b.openTopics)
 	b.openEvents, b.openTopics = 0, b.openTopics[:0]
 	b.gen++
@@ -343,6 +348,10 @@ type Subscription struct {
 	// on a timer of the subscription's own, kept from call to call.
 	quiet time.Duration
 	timer *time.Timer
+	// phase, when set, is how long after a seal the reader reads what
+	// it sealed (Spread), on a timer of its own.
+	phase time.Duration
+	pace  *time.Timer
 }
 
 // Quiet makes Next answer ErrQuiet when nothing was sealed for it within
@@ -353,6 +362,28 @@ func (s *Subscription) Quiet(d time.Duration) { s.quiet = d }
 // without one do not wake it (Next still returns every batch; the
 // reader filters). Readers of several topics are woken by every batch.
 func (s *Subscription) Only(t fsm.Topic) { s.topic = t }
+
+// spreadStep is the golden ratio's fraction: the phases of the n-th
+// spread subscription, n·spreadStep modulo 1 of the seal interval, lie
+// evenly over it for any number of subscriptions.
+const spreadStep = 0.6180339887498949
+
+// Spread gives the reader a phase of its own within the seal interval:
+// Next hands it a seal's segments that long after the seal, not at
+// once. Readers that write what they read to a socket then take their
+// turns over the interval instead of all running at each seal, which
+// would hold up everything else on the node for as long as they take
+// together. An event then waits at most two seal intervals.
+func (s *Subscription) Spread() {
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.spread
+	b.spread++
+	frac := float64(n) * spreadStep
+	frac -= float64(uint64(frac))
+	s.phase = time.Duration(frac * float64(b.seal))
+}
 
 // Subscribe starts reading after index after: the first batch read is the
 // first one above it. after 0 starts with what is published from now on.
@@ -384,7 +415,8 @@ func (b *Buffer) Subscribe(after uint64) (*Subscription, error) {
 // Next returns the segments sealed since the last call (the first of
 // them a part, when the reader began inside it), waiting for one until
 // ctx ends (then it returns nil and ctx's error) or, with Quiet, until
-// the quiet period passes (then nil and ErrQuiet). It answers ErrSlow
+// the quiet period passes (then nil and ErrQuiet). With Spread it returns
+// them no sooner than its phase after the last seal. It answers ErrSlow
 // when batches the subscriber had yet to read were dropped, ErrReset
 // after a Reset and ErrClosed once the buffer is closed.
 func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
@@ -399,6 +431,7 @@ func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 		defer s.timer.Stop()
 		quiet = s.timer.C
 	}
+	paced := s.phase == 0
 	for {
 		b.mu.Lock()
 		switch {
@@ -415,6 +448,18 @@ func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 		for s.next < b.sealedTo && b.batches[b.head+int(s.next-b.first)].Index <= s.after {
 			s.next++
 		}
+		if s.next < b.sealedTo && !paced {
+			// once per call, lest seals that come faster than the
+			// phase keep the reader waiting
+			paced = true
+			if wait := s.phase - time.Since(b.sealedAt); wait > 0 {
+				b.mu.Unlock()
+				if err := s.sleep(ctx, wait); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
 		if s.next < b.sealedTo {
 			out := b.segments(s.next)
 			s.next = b.sealedTo
@@ -430,6 +475,22 @@ func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// sleep waits d, or until ctx ends.
+func (s *Subscription) sleep(ctx context.Context, d time.Duration) error {
+	if s.pace == nil {
+		s.pace = time.NewTimer(d)
+	} else {
+		s.pace.Reset(d)
+	}
+	select {
+	case <-s.pace.C:
+		return nil
+	case <-ctx.Done():
+		s.pace.Stop()
+		return ctx.Err()
 	}
 }
 

@@ -315,6 +315,39 @@ func TestSegmentSealsInTime(t *testing.T) {
 	}
 }
 
+// Spread readers take phases spread evenly over the seal interval, and
+// each reads a seal's segment no sooner than its phase after the seal.
+func TestSpreadPhases(t *testing.T) {
+	const seal = 40 * time.Millisecond
+	b := New(100, 0, seal)
+	const n = 500
+	subs := make([]*Subscription, n)
+	phases := make([]time.Duration, n)
+	for i := range subs {
+		subs[i], _ = b.Subscribe(0)
+		subs[i].Spread()
+		phases[i] = subs[i].phase
+	}
+	slices.Sort(phases)
+	gap := phases[0] + seal - phases[n-1]
+	for i := 1; i < n; i++ {
+		gap = max(gap, phases[i]-phases[i-1])
+	}
+	if phases[0] < 0 || phases[n-1] >= seal || gap > 3*seal/n {
+		t.Fatalf("phases from %v to %v, largest gap %v: not spread over %v", phases[0], phases[n-1], gap, seal)
+	}
+
+	late := subs[1] // the second phase: 0.618 of the interval
+	start := time.Now()
+	b.Publish(1, []fsm.Event{ev(1, "a")})
+	if got := indexes(t, late, 1); !slices.Equal(got, []uint64{1}) {
+		t.Fatalf("read %v", got)
+	}
+	if waited, want := time.Since(start), seal+late.phase; waited < want {
+		t.Fatalf("read %v after the publish, before the seal and the phase (%v)", waited, want)
+	}
+}
+
 // A segment partly dropped from the buffer is no longer shared whole.
 func TestSegmentPartlyDropped(t *testing.T) {
 	b := New(8, 0, time.Hour) // a segment is sealed at 2 events
