@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -380,9 +381,7 @@ func (s *Subscription) Spread() {
 	defer b.mu.Unlock()
 	n := b.spread
 	b.spread++
-	frac := float64(n) * spreadStep
-	frac -= float64(uint64(frac))
-	s.phase = time.Duration(frac * float64(b.seal))
+	s.phase = time.Duration(math.Mod(float64(n)*spreadStep, 1) * float64(b.seal))
 }
 
 // Subscribe starts reading after index after: the first batch read is the
@@ -423,11 +422,7 @@ func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 	b := s.b
 	var quiet <-chan time.Time
 	if s.quiet > 0 {
-		if s.timer == nil {
-			s.timer = time.NewTimer(s.quiet)
-		} else {
-			s.timer.Reset(s.quiet)
-		}
+		arm(&s.timer, s.quiet)
 		defer s.timer.Stop()
 		quiet = s.timer.C
 	}
@@ -478,13 +473,19 @@ func (s *Subscription) Next(ctx context.Context) ([]Segment, error) {
 	}
 }
 
+// arm starts *t to fire in d, made on first use and kept from call to
+// call.
+func arm(t **time.Timer, d time.Duration) {
+	if *t == nil {
+		*t = time.NewTimer(d)
+	} else {
+		(*t).Reset(d)
+	}
+}
+
 // sleep waits d, or until ctx ends.
 func (s *Subscription) sleep(ctx context.Context, d time.Duration) error {
-	if s.pace == nil {
-		s.pace = time.NewTimer(d)
-	} else {
-		s.pace.Reset(d)
-	}
+	arm(&s.pace, d)
 	select {
 	case <-s.pace.C:
 		return nil
