@@ -43,6 +43,9 @@ func (s *Server) createAllocation(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	wait = wait || body.Wait
+	if wait && inBatch(r.Context()) {
+		return badRequest("an allocation that waits for placement is sent alone, not in a batch")
+	}
 	fsm.SetNamespace(cmd, callerOf(r.Context()).namespace)
 	res, err := s.write(w, r, cmd, body.RequestID)
 	if err != nil {

@@ -28,6 +28,8 @@ func TestBadInputNeverReachesRaft(t *testing.T) {
 		{"release not uuid", "POST", "/v1/allocations/job-42/release", ``},
 		{"renew bad id", "POST", "/v1/allocations/job-42/renew", `{}`},
 		{"renew negative ttl", "POST", "/v1/allocations/" + alloc + "/renew", `{"ttl":"-1s"}`},
+		{"batch empty", "POST", "/v1/batch", `{"requests":[]}`},
+		{"batch not json", "POST", "/v1/batch", `requests=1`},
 		{"cancel bad id", "POST", "/v1/allocations/" + esc("\x1b[2J") + "/cancel", ``},
 		{"device status unknown", "POST", "/v1/devices/g1/status", `{"status":"offline"}`},
 		{"device status bad id", "POST", "/v1/devices/" + esc("g\x1b[2J") + "/status", `{"status":"draining"}`},

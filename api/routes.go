@@ -29,6 +29,8 @@ type route struct {
 	need capability
 	// bodyNamespace: the request body may name the namespace.
 	bodyNamespace bool
+	// batch routes may also come as a request of POST /v1/batch.
+	batch bool
 	// stream routes take an application/octet-stream body of their own
 	// size cap, read within Options.SnapshotBodyTimeout.
 	stream bool
@@ -61,12 +63,13 @@ func testRoutes() []route {
 func routes() []route {
 	return []route{
 		// Allocations.
-		{method: "POST", path: "/v1/allocations", handle: (*Server).createAllocation, need: capWrite(fsm.AreaAllocations), bodyNamespace: true},
+		{method: "POST", path: "/v1/allocations", handle: (*Server).createAllocation, need: capWrite(fsm.AreaAllocations), bodyNamespace: true, batch: true},
 		{method: "GET", path: "/v1/allocations", handle: (*Server).listAllocations, need: capRead(fsm.AreaAllocations)},
 		{method: "GET", path: "/v1/allocations/{id}", handle: (*Server).getAllocation, need: capRead(fsm.AreaAllocations)},
-		{method: "POST", path: "/v1/allocations/{id}/release", handle: (*Server).releaseAllocation, need: capWrite(fsm.AreaAllocations)},
-		{method: "POST", path: "/v1/allocations/{id}/renew", handle: (*Server).renewAllocation, need: capWrite(fsm.AreaAllocations)},
-		{method: "POST", path: "/v1/allocations/{id}/cancel", handle: (*Server).cancelAllocation, need: capWrite(fsm.AreaAllocations)},
+		{method: "POST", path: "/v1/allocations/{id}/release", handle: (*Server).releaseAllocation, need: capWrite(fsm.AreaAllocations), batch: true},
+		{method: "POST", path: "/v1/allocations/{id}/renew", handle: (*Server).renewAllocation, need: capWrite(fsm.AreaAllocations), batch: true},
+		{method: "POST", path: "/v1/allocations/{id}/cancel", handle: (*Server).cancelAllocation, need: capWrite(fsm.AreaAllocations), batch: true},
+		{method: "POST", path: "/v1/batch", handle: (*Server).batch, need: capAnyone},
 		{method: "GET", path: "/v1/queue", handle: (*Server).getQueue, need: capRead(fsm.AreaAllocations)},
 		{method: "GET", path: "/v1/queue/config", handle: (*Server).getQueueConfig, need: capRead(fsm.AreaAllocations)},
 		{method: "PUT", path: "/v1/queue/config", handle: (*Server).setQueueConfig, need: capWrite(fsm.AreaOperator)},

@@ -170,10 +170,12 @@ func (o *Options) fillDefaults() {
 
 // Server is the HTTP API of one node. It is an http.Handler.
 type Server struct {
-	b        Backend
-	opts     Options
-	log      hclog.Logger
-	mux      *http.ServeMux
+	b    Backend
+	opts Options
+	log  hclog.Logger
+	mux  *http.ServeMux
+	// batchMux routes the requests of a batch (batch.go).
+	batchMux *http.ServeMux
 	inFlight chan struct{}
 	blocking chan struct{}
 	metrics  *metrics
@@ -191,6 +193,7 @@ func New(b Backend, opts Options) *Server {
 		opts:     opts,
 		log:      opts.Logger,
 		mux:      http.NewServeMux(),
+		batchMux: http.NewServeMux(),
 		inFlight: make(chan struct{}, opts.MaxInFlight),
 		blocking: make(chan struct{}, opts.MaxBlocking),
 		clients:  &clientSlots{max: opts.MaxInFlightPerClient, n: map[string]int{}},
@@ -208,6 +211,9 @@ func New(b Backend, opts Options) *Server {
 			continue
 		}
 		s.mux.Handle(rt.pattern(), s.wrap(rt))
+		if rt.batch {
+			s.batchMux.Handle(rt.pattern(), s.wrapItem(rt))
+		}
 	}
 	return s
 }
@@ -281,26 +287,35 @@ func (s *Server) wrap(rt route) http.Handler {
 				r = r.WithContext(context.WithValue(r.Context(), slotKey{}, sl))
 			}
 		}
-		if err == nil {
-			if r.Body != nil && limit > 0 {
-				r.Body = http.MaxBytesReader(sw, r.Body, limit)
-			}
-			if r, err = s.authorize(r, rt); err == nil {
-				err = rt.handle(s, sw, r)
-			}
+		if err == nil && r.Body != nil && limit > 0 {
+			r.Body = http.MaxBytesReader(sw, r.Body, limit)
 		}
-		sl.release()
-		if err != nil {
-			s.writeError(sw, r, err)
-		}
-		code := sw.status()
-		d := time.Since(start)
-		s.metrics.observe(label, code, d)
-		s.audit(r, sw, code, start)
-		if s.log.IsDebug() { // the arguments alone cost allocations per request
-			s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "code", code, "duration", d)
-		}
+		s.serve(rt, label, sw, r, start, err, sl)
 	})
+}
+
+// serve is the part of a request's handling that a request of a batch
+// gets too: the ACL check, the handler, the error answer, metrics, audit
+// and the debug log line. err is a refusal from before (the handler is
+// not run); sl is the request's slot, given back once it is served (the
+// handler may trade it for a blocking one).
+func (s *Server) serve(rt route, label string, sw *statusWriter, r *http.Request, start time.Time, err error, sl *slot) {
+	if err == nil {
+		if r, err = s.authorize(r, rt); err == nil {
+			err = rt.handle(s, sw, r)
+		}
+	}
+	sl.release()
+	if err != nil {
+		s.writeError(sw, r, err)
+	}
+	code := sw.status()
+	d := time.Since(start)
+	s.metrics.observe(label, code, d)
+	s.audit(r, sw, code, start)
+	if s.log.IsDebug() { // the arguments alone cost allocations per request
+		s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "code", code, "duration", d)
+	}
 }
 
 // acquire takes a slot for a regular or a blocking request; ok is false

@@ -61,7 +61,7 @@ func (c *Client) Allocate(ctx context.Context, req AllocateRequest, opts ...Allo
 		return nil, nil, err
 	}
 	rq := &request{method: http.MethodPost, path: "/v1/allocations", body: body, ctype: "application/json",
-		write: true, idempotent: true, requestID: req.RequestID}
+		write: true, idempotent: true, batchable: !req.Wait, requestID: req.RequestID}
 	if req.Namespace != "" {
 		rq.query = url.Values{"namespace": {req.Namespace}}
 	}
@@ -217,12 +217,17 @@ func (c *Client) Queue(ctx context.Context, q *QueryOptions) ([]Allocation, *Que
 
 // allocationWrite serves release, renew and cancel.
 func (c *Client) allocationWrite(ctx context.Context, id, verb string, body any, requestID string) (*Allocation, *WriteMeta, error) {
-	var a Allocation
-	meta, err := c.write(ctx, http.MethodPost, "/v1/allocations/"+esc(id)+"/"+verb, body, requestID, &a)
+	b, err := jsonBody(body)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &a, meta, nil
+	var a Allocation
+	ans, err := c.do(ctx, &request{method: http.MethodPost, path: "/v1/allocations/" + esc(id) + "/" + verb, body: b,
+		ctype: "application/json", write: true, idempotent: true, batchable: true, requestID: requestID, out: &a})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &a, ans.writeMeta(), nil
 }
 
 // Release gives back an active allocation. ErrNotActive when it is

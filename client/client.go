@@ -102,6 +102,12 @@ type Config struct {
 	// attempts; each wait is drawn between half and all of the bound.
 	RetryWait    time.Duration
 	RetryWaitMax time.Duration
+	// BatchWrites gathers the allocates (those that do not wait for
+	// placement), releases, renewals and cancels that goroutines send at
+	// once into POST /v1/batch exchanges (batch.go): fewer HTTP exchanges
+	// under concurrent load, each write answered and retried as if sent
+	// alone.
+	BatchWrites bool
 }
 
 // Client is a dmsc API client. It is safe for concurrent use.
@@ -112,6 +118,9 @@ type Client struct {
 	log   hclog.Logger
 	// rr spreads reads over the nodes.
 	rr atomic.Uint64
+	// batches gathers writes into batches (Config.BatchWrites); nil sends
+	// each alone.
+	batches *batcher
 	// writeNode is the index of the node writes go to: the last one that
 	// answered a write, or the leader when a failover found it.
 	writeNode atomic.Int64
@@ -194,6 +203,9 @@ func New(cfg Config) (*Client, error) {
 		c.log = hclog.NewNullLogger()
 	}
 	c.writeNode.Store(-1)
+	if cfg.BatchWrites {
+		c.batches = newBatcher(c)
+	}
 	return c, nil
 }
 
@@ -301,6 +313,8 @@ type request struct {
 	// again when their outcome is unknown.
 	idempotent bool
 	requestID  string
+	// batchable writes may travel in a batch (Config.BatchWrites).
+	batchable bool
 	// extra is added to the attempt timeout (blocking waits).
 	extra time.Duration
 	// out receives the JSON answer of a success; nil discards it.
@@ -541,20 +555,13 @@ func (c *Client) findLeader(ctx context.Context, failed int) (int, bool) {
 // once sends one attempt to one node. sent is false when the request
 // surely did not reach it (the connection could not be made).
 func (c *Client) once(ctx context.Context, addr string, rq *request) (ans *answer, err error, sent bool) {
+	if rq.batchable && c.batches != nil {
+		return c.batches.send(ctx, addr, rq)
+	}
 	timeout := c.cfg.Timeout + rq.extra
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	u := addr + rq.path
-	query := rq.query
-	if c.cfg.Namespace != "" && namespacedPath(rq.path) && !query.Has("namespace") {
-		query = url.Values{"namespace": {c.cfg.Namespace}}
-		for k, v := range rq.query {
-			query[k] = v
-		}
-	}
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
+	u := addr + c.target(rq)
 	var body io.Reader
 	if rq.body != nil {
 		body = bytes.NewReader(rq.body)
@@ -601,6 +608,22 @@ func (c *Client) once(ctx context.Context, addr string, rq *request) (ans *answe
 	return ans, nil, true
 }
 
+// target is the path of a request with its query, the client's
+// namespace added where the route acts in one.
+func (c *Client) target(rq *request) string {
+	query := rq.query
+	if c.cfg.Namespace != "" && namespacedPath(rq.path) && !query.Has("namespace") {
+		query = url.Values{"namespace": {c.cfg.Namespace}}
+		for k, v := range rq.query {
+			query[k] = v
+		}
+	}
+	if len(query) > 0 {
+		return rq.path + "?" + query.Encode()
+	}
+	return rq.path
+}
+
 // connError names a failed exchange: an attempt timeout is ErrTimeout (the
 // outcome of a write is unknown), anything else a *ConnError.
 func (c *Client) connError(ctx, actx context.Context, addr string, timeout time.Duration, err error) error {
@@ -619,19 +642,24 @@ func isDialError(err error) bool {
 // readAPIError reads the JSON error envelope of an answer of 400 or more.
 func readAPIError(resp *http.Response, addr string) *APIError {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	ae := &APIError{Status: resp.StatusCode, Address: addr}
+	return apiErrorOf(resp.StatusCode, data, addr)
+}
+
+// apiErrorOf reads the JSON error envelope of an answer of 400 or more.
+func apiErrorOf(status int, data []byte, addr string) *APIError {
+	ae := &APIError{Status: status, Address: addr}
 	var env wire.ErrorResponse
 	if err := json.Unmarshal(data, &env); err == nil && env.Error.Code != "" {
 		ae.Code, ae.Message, ae.Retryable = env.Error.Code, env.Error.Message, env.Error.Retryable
 		ae.WhyNot, ae.AllocationID, ae.RequestID = env.Error.WhyNot, env.Error.AllocationID, env.Error.RequestID
 		return ae
 	}
-	ae.Code = codeOfStatus(resp.StatusCode)
+	ae.Code = codeOfStatus(status)
 	ae.Message = strings.TrimSpace(string(data))
 	if ae.Message == "" {
-		ae.Message = http.StatusText(resp.StatusCode)
+		ae.Message = http.StatusText(status)
 	}
-	ae.Retryable = retryableStatus(resp.StatusCode)
+	ae.Retryable = retryableStatus(status)
 	return ae
 }
 

@@ -1,9 +1,12 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -20,10 +23,18 @@ import (
 // acknowledged allocation exists, each device is held by at most one
 // active allocation, and there is exactly one allocation per
 // acknowledged request: no retry took a second device.
+//
+// With BatchWrites the workers' writes travel in batches; the same holds.
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node Raft cluster")
 	}
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) { testClusterFailover(t, batch) })
+	}
+}
+
+func testClusterFailover(t *testing.T, batch bool) {
 	lc := localCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -40,6 +51,7 @@ func TestClusterFailover(t *testing.T) {
 		MaxRetries:   100,
 		RetryWait:    20 * time.Millisecond,
 		RetryWaitMax: 300 * time.Millisecond,
+		BatchWrites:  batch,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +88,11 @@ func TestClusterFailover(t *testing.T) {
 		return len(all)
 	}
 	var wg sync.WaitGroup
-	for w := range 3 {
+	workers := 3
+	if batch {
+		workers = 8 // enough at once for batches of several writes
+	}
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -158,6 +174,15 @@ func TestClusterFailover(t *testing.T) {
 	resent := sent.resent()
 	t.Logf("%d allocations (%d before the failover); leader %s stopped, %s elected; %d writes sent more than once",
 		len(all), before, firstID, second.Self().ID, resent)
+	if batch {
+		sent.mu.Lock()
+		batches, batched := sent.batches, sent.batched
+		sent.mu.Unlock()
+		t.Logf("%d writes in %d batches", batched, batches)
+		if batches == 0 || batched <= batches {
+			t.Errorf("%d writes in %d batches: the writes did not travel together", batched, batches)
+		}
+	}
 	if resent == 0 {
 		// Writes went to the leader, so the failover must have made the
 		// client send at least one again.
@@ -242,19 +267,44 @@ func TestClusterFailover(t *testing.T) {
 	}
 }
 
-// countingTransport counts the attempts of each request ID.
+// countingTransport counts the attempts of each request ID, and the
+// batches and the writes they carried.
 type countingTransport struct {
-	next http.RoundTripper
-	mu   sync.Mutex
-	byID map[string]int
+	next    http.RoundTripper
+	mu      sync.Mutex
+	byID    map[string]int
+	batches int
+	batched int
 }
 
 func (ct *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if id := r.Header.Get(wire.HeaderRequestID); id != "" {
+	ids := []string{r.Header.Get(wire.HeaderRequestID)}
+	if r.URL.Path == "/v1/batch" {
+		data, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		var b wire.BatchRequest
+		if err := json.Unmarshal(data, &b); err != nil {
+			return nil, err
+		}
+		ids = ids[:0]
+		for _, it := range b.Requests {
+			ids = append(ids, it.RequestID)
+		}
 		ct.mu.Lock()
-		ct.byID[id]++
+		ct.batches++
+		ct.batched += len(ids)
 		ct.mu.Unlock()
 	}
+	ct.mu.Lock()
+	for _, id := range ids {
+		if id != "" {
+			ct.byID[id]++
+		}
+	}
+	ct.mu.Unlock()
 	return ct.next.RoundTrip(r)
 }
 

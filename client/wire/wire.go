@@ -491,3 +491,37 @@ type RemovedServer struct {
 	ID    string    `json:"id"`
 	Since time.Time `json:"since"`
 }
+
+// MaxBatch is the most requests one POST /v1/batch carries.
+const MaxBatch = 128
+
+// BatchRequest is the body of POST /v1/batch: several allocation writes
+// sent in one HTTP exchange, each served as if it came alone.
+type BatchRequest struct {
+	Requests []BatchItem `json:"requests"`
+}
+
+// BatchItem is one request of a batch: a method and path of a route that
+// may be batched (docs/api.md names them), with the query if any, its
+// request ID and its JSON body.
+type BatchItem struct {
+	Method    string          `json:"method"`
+	Path      string          `json:"path"`
+	RequestID string          `json:"request_id,omitempty"`
+	Body      json.RawMessage `json:"body,omitempty"`
+}
+
+// BatchResponse answers a batch: one result per request, in order.
+type BatchResponse struct {
+	Responses []BatchResult `json:"responses"`
+}
+
+// BatchResult is the answer to one request of a batch: the status and
+// body it would have had alone (an ErrorResponse at 400 or more), and the
+// headers of a write's answer.
+type BatchResult struct {
+	Status    int             `json:"status"`
+	Index     uint64          `json:"index,omitempty"`
+	RequestID string          `json:"request_id,omitempty"`
+	Body      json.RawMessage `json:"body"`
+}

@@ -110,6 +110,11 @@ Usage: dmsc bench [options]
   -mix=<op=weight,...>
       The operation mix. Default alloc=80,read=15,renew=5.
 
+  -batch
+      The clients' writes travel in batches (the SDK's BatchWrites: the
+      allocates, releases and renewals sent at once share POST /v1/batch
+      exchanges); latency is still each write's own.
+
   -retries=<n>
       Retries of a failed request by the client (same request ID).
       Default 2.
@@ -154,6 +159,7 @@ func (c *benchCommand) Run(args []string) int {
 		gpusPerHost  int
 		mixFlag      string
 		retries      int
+		batch        bool
 		quick        bool
 		seed         uint64
 		cpuProfile   string
@@ -171,6 +177,7 @@ func (c *benchCommand) Run(args []string) int {
 	fs.IntVar(&gpusPerHost, "gpus-per-host", 8, "")
 	fs.StringVar(&mixFlag, "mix", bench.DefaultMix.String(), "")
 	fs.IntVar(&retries, "retries", 2, "")
+	fs.BoolVar(&batch, "batch", false, "")
 	fs.BoolVar(&quick, "quick", false, "")
 	fs.Uint64Var(&seed, "seed", 1, "")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "")
@@ -275,7 +282,7 @@ func (c *benchCommand) Run(args []string) int {
 		c.ui.Error("Error: " + err.Error())
 		return exitUsage
 	}
-	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, HTTPClient: hc, MaxRetries: mr, Timeout: 10 * time.Second})
+	cl, err := client.New(client.Config{Addresses: addrs, Token: c.token, HTTPClient: hc, MaxRetries: mr, Timeout: 10 * time.Second, BatchWrites: batch})
 	if err != nil {
 		c.ui.Error(err.Error())
 		return exitUsage

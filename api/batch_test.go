@@ -1,0 +1,132 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/dmsc/dmsc/client/wire"
+	"github.com/dmsc/dmsc/fsm"
+)
+
+// batchOf encodes a batch body.
+func batchOf(t *testing.T, items ...wire.BatchItem) string {
+	t.Helper()
+	b, err := json.Marshal(wire.BatchRequest{Requests: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func (r *resp) batch(n int) []wire.BatchResult {
+	r.t.Helper()
+	var out wire.BatchResponse
+	r.ok(http.StatusOK).decode(&out)
+	if len(out.Responses) != n {
+		r.t.Fatalf("%d results, want %d: %s", len(out.Responses), n, r.body)
+	}
+	return out.Responses
+}
+
+func itemErr(t *testing.T, res wire.BatchResult, status int, code string) {
+	t.Helper()
+	var env wire.ErrorResponse
+	if err := json.Unmarshal(res.Body, &env); err != nil || res.Status != status || env.Error.Code != code || env.Error.Message == "" {
+		t.Fatalf("result %d %s, want %d %s", res.Status, res.Body, status, code)
+	}
+}
+
+func TestBatchServesEachRequestAsAlone(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.seed()
+	gpu := json.RawMessage(gpuReq)
+	res := e.do("POST", "/v1/batch", batchOf(t,
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations", RequestID: "b-1", Body: gpu},
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations", RequestID: "b-2", Body: gpu},
+		wire.BatchItem{Method: "GET", Path: "/v1/devices"},
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations?wait=true", Body: gpu},
+		wire.BatchItem{Method: "POST", Path: "//elsewhere/v1/allocations", Body: gpu},
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations", RequestID: "b-3", Body: json.RawMessage(`{"claims":[{"type":"GPU","count":9}]}`)},
+	)).batch(6)
+	var ids []string
+	for i, want := range []string{"b-1", "b-2"} {
+		var a wire.Allocation
+		if err := json.Unmarshal(res[i].Body, &a); err != nil || res[i].Status != http.StatusOK || a.Status != wire.Active {
+			t.Fatalf("result %d: %d %s", i, res[i].Status, res[i].Body)
+		}
+		if res[i].RequestID != want || a.RequestID != want || res[i].Index == 0 {
+			t.Fatalf("result %d: request ID %q (allocation's %q), index %d; want %q", i, res[i].RequestID, a.RequestID, res[i].Index, want)
+		}
+		ids = append(ids, a.ID)
+	}
+	if ids[0] == ids[1] {
+		t.Fatalf("two requests made one allocation %s", ids[0])
+	}
+	itemErr(t, res[2], http.StatusBadRequest, wire.CodeBadRequest)
+	itemErr(t, res[3], http.StatusBadRequest, wire.CodeBadRequest)
+	itemErr(t, res[4], http.StatusBadRequest, wire.CodeBadRequest)
+	itemErr(t, res[5], http.StatusConflict, wire.CodeNoCapacity)
+
+	// The answer a request had in a batch is the one it has alone: a
+	// retry of b-1 outside any batch finds the same allocation, and a
+	// release in a batch ends it.
+	var again wire.Allocation
+	e.do("POST", "/v1/allocations", gpuReq, wire.HeaderRequestID, "b-1").ok(http.StatusOK).decode(&again)
+	if again.ID != ids[0] {
+		t.Fatalf("retry of b-1 made %s, the batch made %s", again.ID, ids[0])
+	}
+	rel := e.do("POST", "/v1/batch", batchOf(t,
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations/" + ids[0] + "/release", RequestID: "r-1"})).batch(1)
+	var ended wire.Allocation
+	if err := json.Unmarshal(rel[0].Body, &ended); err != nil || rel[0].Status != http.StatusOK || ended.Status != wire.Released {
+		t.Fatalf("release in a batch: %d %s", rel[0].Status, rel[0].Body)
+	}
+}
+
+func TestBatchRefusesBadBatches(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.seed()
+	many := make([]wire.BatchItem, wire.MaxBatch+1)
+	for i := range many {
+		many[i] = wire.BatchItem{Method: "POST", Path: "/v1/allocations", Body: json.RawMessage(gpuReq)}
+	}
+	for name, body := range map[string]string{
+		"empty":     `{"requests":[]}`,
+		"too many":  batchOf(t, many...),
+		"malformed": `{"requests":[{"method":"POST","path":"/v1/allocations","body":{]}`,
+		"unknown":   `{"requests":[],"extra":1}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e.noSideEffect(func() { e.do("POST", "/v1/batch", body).apiErr(http.StatusBadRequest, wire.CodeBadRequest) })
+		})
+	}
+	e.noSideEffect(func() {
+		e.do("POST", "/v1/batch", `{"requests":[]}`, "Content-Type", "text/plain").apiErr(http.StatusUnsupportedMediaType, "unsupported_media_type")
+	})
+}
+
+func TestBatchChecksEachRequestsToken(t *testing.T) {
+	e, _ := newACLEnv(t, Options{})
+	e.policy("team-a", rulesFor(fsm.AreaAllocations, "write", "team-a"))
+	e.token = e.newToken("team-a")
+	gpu := json.RawMessage(gpuReq)
+	res := e.do("POST", "/v1/batch", batchOf(t,
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations?namespace=team-a", Body: gpu},
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations?namespace=team-b", Body: gpu},
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations", Body: json.RawMessage(`{"namespace":"team-b","claims":[{"type":"GPU","count":1}]}`)},
+	)).batch(3)
+	if res[0].Status != http.StatusOK {
+		t.Fatalf("allowed request: %d %s", res[0].Status, res[0].Body)
+	}
+	itemErr(t, res[1], http.StatusForbidden, wire.CodePermissionDenied)
+	itemErr(t, res[2], http.StatusForbidden, wire.CodePermissionDenied)
+
+	e.token = ""
+	anon := e.do("POST", "/v1/batch", batchOf(t, wire.BatchItem{Method: "POST", Path: "/v1/allocations", Body: gpu})).batch(1)
+	itemErr(t, anon[0], http.StatusForbidden, wire.CodePermissionDenied)
+	if strings.Contains(string(anon[0].Body), "team-a") {
+		t.Fatalf("refusal names another namespace: %s", anon[0].Body)
+	}
+}

@@ -1,0 +1,153 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/dmsc/dmsc/client/wire"
+)
+
+// batchesInFlight is how many batches a client has in flight to one node
+// at once: while one is served, the next gathers the writes that come.
+const batchesInFlight = 2
+
+// batcher gathers the allocation writes that goroutines send at once into
+// POST /v1/batch exchanges (Config.BatchWrites): a write goes at once when
+// fewer than batchesInFlight batches are in flight to its node, and
+// otherwise waits for one to return and goes with every write that came
+// meanwhile, up to wire.MaxBatch. Each write keeps its own context, its
+// own answer and the retry rules of a write sent alone.
+type batcher struct {
+	c  *Client
+	mu sync.Mutex
+	// nodes holds the writes waiting for each node address.
+	nodes map[string]*batchQueue
+}
+
+type batchQueue struct {
+	waiting  []*batchCall
+	inFlight int
+}
+
+// batchCall is one write in a batch and, once done is closed, its answer.
+type batchCall struct {
+	ctx  context.Context
+	rq   *request
+	done chan struct{}
+	ans  *answer
+	err  error
+	sent bool
+}
+
+func newBatcher(c *Client) *batcher {
+	return &batcher{c: c, nodes: map[string]*batchQueue{}}
+}
+
+// send is Client.once for a batchable write.
+func (b *batcher) send(ctx context.Context, addr string, rq *request) (*answer, error, bool) {
+	call := &batchCall{ctx: ctx, rq: rq, done: make(chan struct{})}
+	b.mu.Lock()
+	q := b.nodes[addr]
+	if q == nil {
+		q = &batchQueue{}
+		b.nodes[addr] = q
+	}
+	q.waiting = append(q.waiting, call)
+	b.startLocked(addr, q)
+	b.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.ans, call.err, call.sent
+	case <-ctx.Done():
+		// Still waiting, it will be dropped; already sent, its outcome is
+		// unknown (a retry with the same request ID is safe).
+		return nil, ctx.Err(), true
+	}
+}
+
+// startLocked sends the waiting writes of a node when a batch may go.
+func (b *batcher) startLocked(addr string, q *batchQueue) {
+	for q.inFlight < batchesInFlight && len(q.waiting) > 0 {
+		var calls []*batchCall
+		rest := q.waiting[:0]
+		for _, call := range q.waiting {
+			switch {
+			case call.ctx.Err() != nil:
+				call.err = call.ctx.Err()
+				close(call.done)
+			case len(calls) < wire.MaxBatch:
+				calls = append(calls, call)
+			default:
+				rest = append(rest, call)
+			}
+		}
+		clear(q.waiting[len(rest):])
+		q.waiting = rest
+		if len(calls) == 0 {
+			return
+		}
+		q.inFlight++
+		go b.exchange(addr, q, calls)
+	}
+}
+
+// exchange sends one batch and hands each write its answer.
+func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
+	defer func() {
+		b.mu.Lock()
+		q.inFlight--
+		b.startLocked(addr, q)
+		b.mu.Unlock()
+	}()
+	req := wire.BatchRequest{Requests: make([]wire.BatchItem, len(calls))}
+	for i, call := range calls {
+		req.Requests[i] = wire.BatchItem{Method: call.rq.method, Path: b.c.target(call.rq),
+			RequestID: call.rq.requestID, Body: call.rq.body}
+	}
+	body, err := jsonBody(req)
+	var out wire.BatchResponse
+	sent := false
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), b.c.cfg.Timeout)
+		_, err, sent = b.c.once(ctx, addr, &request{method: http.MethodPost, path: "/v1/batch", body: body,
+			ctype: "application/json", write: true, out: &out})
+		cancel()
+	}
+	if err == nil && len(out.Responses) != len(calls) {
+		err = fmt.Errorf("dmsc client: batch of %d writes answered with %d results", len(calls), len(out.Responses))
+	}
+	for i, call := range calls {
+		call.sent = sent
+		if err != nil {
+			call.err = err
+		} else {
+			call.ans, call.err = b.answer(addr, call.rq, out.Responses[i])
+		}
+		close(call.done)
+	}
+}
+
+// answer turns one result of a batch into what the write alone would
+// have had.
+func (b *batcher) answer(addr string, rq *request, res wire.BatchResult) (*answer, error) {
+	if res.Status >= 400 && res.Status != rq.okStatus {
+		return nil, apiErrorOf(res.Status, res.Body, addr)
+	}
+	h := http.Header{}
+	if res.RequestID != "" {
+		h.Set(wire.HeaderRequestID, res.RequestID)
+	}
+	if res.Index > 0 {
+		h.Set(wire.HeaderIndex, strconv.FormatUint(res.Index, 10))
+	}
+	if rq.out != nil {
+		if err := json.Unmarshal(res.Body, rq.out); err != nil {
+			return nil, fmt.Errorf("dmsc client: %s %s from %s: %w", rq.method, rq.path, addr, err)
+		}
+	}
+	return &answer{status: res.Status, header: h, address: addr}, nil
+}
