@@ -13,7 +13,10 @@ import (
 
 // batchesInFlight is how many batches a client has in flight to one node
 // at once: while one is served, the next gathers the writes that come.
-const batchesInFlight = 2
+// One gives the fewest and fullest batches: with two or four, a 64-client
+// benchmark spent 14 % and 40 % more CPU per write and did 7 % and 20 %
+// fewer (BENCHMARKS.md).
+const batchesInFlight = 1
 
 // batcher gathers the allocation writes that goroutines send at once into
 // POST /v1/batch exchanges (Config.BatchWrites): a write goes at once when

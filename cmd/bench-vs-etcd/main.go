@@ -89,7 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // runResult is one run's figures.
 type runResult struct {
-	System  string  `json:"system"` // etcd, dmsc, dmsc-tls, dmsc-multigpu
+	System  string  `json:"system"` // etcd, dmsc, dmsc-batch, dmsc-tls, dmsc-multigpu
 	Clients int     `json:"clients"`
 	Round   int     `json:"round"`
 	Writes  float64 `json:"writes_per_sec"`
@@ -139,9 +139,9 @@ func (b *runner) all(ctx context.Context) error {
 		for _, c := range b.o.clients {
 			// Alternate which goes first, so that neither always runs on
 			// a warmer (or busier) machine.
-			systems := []string{"etcd", "dmsc"}
+			systems := []string{"etcd", "dmsc", "dmsc-batch"}
 			if (round+c)%2 == 0 {
-				systems = []string{"dmsc", "etcd"}
+				systems = []string{"dmsc-batch", "dmsc", "etcd"}
 			}
 			if b.o.extras && c == b.o.clients[0] {
 				systems = append(systems, "dmsc-tls", "dmsc-multigpu")
@@ -261,6 +261,11 @@ func (b *runner) dmscOnce(ctx context.Context, r *runResult, last bool) error {
 	args := []string{"bench", "-spawn", "3", "-clients", strconv.Itoa(r.Clients), "-duration", b.o.duration.String(),
 		"-hosts", strconv.Itoa(max(64, r.Clients)), "-mix", "alloc=100", "-json"}
 	switch r.System {
+	case "dmsc-batch":
+		// The SDK gathers the writes its goroutines send at once into
+		// POST /v1/batch exchanges, as etcd's clients share gRPC
+		// connections.
+		args = append(args, "-batch")
 	case "dmsc-tls":
 		args = append(args, "-spawn-tls")
 	case "dmsc-multigpu":
