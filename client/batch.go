@@ -3,10 +3,12 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dmsc/dmsc/client/wire"
 )
@@ -22,11 +24,14 @@ const batchesInFlight = 1
 // POST /v1/batch exchanges (Config.BatchWrites): a write goes at once when
 // fewer than batchesInFlight batches are in flight to its node, and
 // otherwise waits for one to return and goes with every write that came
-// meanwhile, up to wire.MaxBatch. Each write keeps its own context, its
+// meanwhile, up to wire.MaxBatch; a full batch goes without waiting. Each write keeps its own context, its
 // own answer and the retry rules of a write sent alone.
 type batcher struct {
-	c  *Client
-	mu sync.Mutex
+	c *Client
+	// off is set when a node answered POST /v1/batch with 404 or 405 (a
+	// release without it): writes go alone from then on.
+	off atomic.Bool
+	mu  sync.Mutex
 	// nodes holds the writes waiting for each node address.
 	nodes map[string]*batchQueue
 }
@@ -44,6 +49,8 @@ type batchCall struct {
 	ans  *answer
 	err  error
 	sent bool
+	// alone: the node serves no batches; the write is to go alone.
+	alone bool
 }
 
 func newBatcher(c *Client) *batcher {
@@ -64,6 +71,9 @@ func (b *batcher) send(ctx context.Context, addr string, rq *request) (*answer, 
 	b.mu.Unlock()
 	select {
 	case <-call.done:
+		if call.alone {
+			return b.c.once(ctx, addr, rq)
+		}
 		return call.ans, call.err, call.sent
 	case <-ctx.Done():
 		// Still waiting, it will be dropped; already sent, its outcome is
@@ -74,7 +84,15 @@ func (b *batcher) send(ctx context.Context, addr string, rq *request) (*answer, 
 
 // startLocked sends the waiting writes of a node when a batch may go.
 func (b *batcher) startLocked(addr string, q *batchQueue) {
-	for q.inFlight < batchesInFlight && len(q.waiting) > 0 {
+	if b.off.Load() {
+		for _, call := range q.waiting {
+			call.alone = true
+			close(call.done)
+		}
+		q.waiting = nil
+		return
+	}
+	for len(q.waiting) > 0 && (q.inFlight < batchesInFlight || len(q.waiting) >= wire.MaxBatch) {
 		var calls []*batchCall
 		rest := q.waiting[:0]
 		for _, call := range q.waiting {
@@ -120,14 +138,21 @@ func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
 			ctype: "application/json", write: true, out: &out})
 		cancel()
 	}
+	var ae *APIError
+	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) {
+		b.off.Store(true)
+	}
 	if err == nil && len(out.Responses) != len(calls) {
 		err = fmt.Errorf("dmsc client: batch of %d writes answered with %d results", len(calls), len(out.Responses))
 	}
 	for i, call := range calls {
 		call.sent = sent
-		if err != nil {
+		switch {
+		case b.off.Load():
+			call.alone = true
+		case err != nil:
 			call.err = err
-		} else {
+		default:
 			call.ans, call.err = b.answer(addr, call.rq, out.Responses[i])
 		}
 		close(call.done)

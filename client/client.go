@@ -555,7 +555,7 @@ func (c *Client) findLeader(ctx context.Context, failed int) (int, bool) {
 // once sends one attempt to one node. sent is false when the request
 // surely did not reach it (the connection could not be made).
 func (c *Client) once(ctx context.Context, addr string, rq *request) (ans *answer, err error, sent bool) {
-	if rq.batchable && c.batches != nil {
+	if rq.batchable && c.batches != nil && !c.batches.off.Load() {
 		return c.batches.send(ctx, addr, rq)
 	}
 	timeout := c.cfg.Timeout + rq.extra

@@ -1,0 +1,193 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dmsc/dmsc/client/wire"
+)
+
+// batchNode is a node that serves POST /v1/batch: each allocate is
+// answered with an allocation named after its request ID, except the
+// request ID "full", refused no_capacity. The first batch is held until
+// hold is closed.
+type batchNode struct {
+	srv     *httptest.Server
+	hold    chan struct{}
+	mu      sync.Mutex
+	batches [][]wire.BatchItem
+	alone   int
+}
+
+func newBatchNode(t *testing.T, serveBatches bool) *batchNode {
+	n := &batchNode{hold: make(chan struct{})}
+	n.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path != "/v1/batch" {
+			n.mu.Lock()
+			n.alone++
+			n.mu.Unlock()
+			id := r.Header.Get(wire.HeaderRequestID)
+			w.Header().Set(wire.HeaderRequestID, id)
+			_ = json.NewEncoder(w).Encode(wire.Allocation{ID: "a-" + id, RequestID: id, Status: wire.Active})
+			return
+		}
+		if !serveBatches {
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(wire.ErrorResponse{Error: wire.Error{Code: wire.CodeNotFound, Message: "no route"}})
+			return
+		}
+		var req wire.BatchRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		n.mu.Lock()
+		n.batches = append(n.batches, req.Requests)
+		first := len(n.batches) == 1
+		n.mu.Unlock()
+		if first {
+			<-n.hold
+		}
+		var out wire.BatchResponse
+		for i, it := range req.Requests {
+			res := wire.BatchResult{Status: http.StatusOK, Index: uint64(100 + i), RequestID: it.RequestID}
+			if it.RequestID == "full" {
+				res.Status = http.StatusConflict
+				res.Body, _ = json.Marshal(wire.ErrorResponse{Error: wire.Error{Code: wire.CodeNoCapacity, Message: "nothing fits"}})
+			} else {
+				res.Body, _ = json.Marshal(wire.Allocation{ID: "a-" + it.RequestID, RequestID: it.RequestID, Status: wire.Active})
+			}
+			out.Responses = append(out.Responses, res)
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(n.srv.Close)
+	return n
+}
+
+// waiting is how many writes wait for a batch to go.
+func (b *batcher) waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := 0
+	for _, q := range b.nodes {
+		k += len(q.waiting)
+	}
+	return k
+}
+
+func TestBatchWritesGather(t *testing.T) {
+	node := newBatchNode(t, true)
+	c, err := New(Config{Addresses: []string{node.srv.URL}, BatchWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type result struct {
+		id   string
+		a    *Allocation
+		meta *WriteMeta
+		err  error
+	}
+	results := make(chan result, 20)
+	allocate := func(id string) {
+		a, meta, err := c.Allocate(ctx, AllocateRequest{RequestID: id, Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
+		results <- result{id, a, meta, err}
+	}
+	// The first write goes alone and is held; the others gather behind it.
+	go allocate("w-0")
+	poll(t, func() bool { node.mu.Lock(); defer node.mu.Unlock(); return len(node.batches) == 1 })
+	for i := 1; i < 19; i++ {
+		go allocate(fmt.Sprintf("w-%d", i))
+	}
+	go allocate("full")
+	poll(t, func() bool { return c.batches.waiting() == 19 })
+	close(node.hold)
+	for range 20 {
+		r := <-results
+		if r.id == "full" {
+			var ae *APIError
+			if !errors.As(r.err, &ae) || !errors.Is(r.err, ErrNoCapacity) || ae.Status != http.StatusConflict {
+				t.Errorf("full: %v, want a no_capacity APIError", r.err)
+			}
+			continue
+		}
+		if r.err != nil || r.a.ID != "a-"+r.id || r.meta.RequestID != r.id || r.meta.Index < 100 {
+			t.Errorf("%s: %+v %+v %v", r.id, r.a, r.meta, r.err)
+		}
+	}
+	if len(node.batches) != 2 || len(node.batches[1]) != 19 || node.alone != 0 {
+		t.Fatalf("%d batches (the second of %d writes), %d sent alone; want 2, 19, 0", len(node.batches), len(node.batches[len(node.batches)-1]), node.alone)
+	}
+}
+
+func TestBatchWritesFallBackToAlone(t *testing.T) {
+	node := newBatchNode(t, false)
+	c, err := New(Config{Addresses: []string{node.srv.URL}, BatchWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		id := fmt.Sprintf("w-%d", i)
+		a, _, err := c.Allocate(ctx, AllocateRequest{RequestID: id, Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
+		if err != nil || a.ID != "a-"+id {
+			t.Fatalf("%s: %+v %v", id, a, err)
+		}
+	}
+	if !c.batches.off.Load() || node.alone != 3 {
+		t.Fatalf("batches off %v, %d writes alone; want true, 3", c.batches.off.Load(), node.alone)
+	}
+}
+
+func poll(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBatchWritesFullBatchGoesAtOnce(t *testing.T) {
+	node := newBatchNode(t, true)
+	c, err := New(Config{Addresses: []string{node.srv.URL}, BatchWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, wire.MaxBatch+1)
+	allocate := func(id string) {
+		_, _, err := c.Allocate(ctx, AllocateRequest{RequestID: id, Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
+		errs <- err
+	}
+	go allocate("first")
+	poll(t, func() bool { node.mu.Lock(); defer node.mu.Unlock(); return len(node.batches) == 1 })
+	// While the first batch is held, a full one goes all the same.
+	for i := range wire.MaxBatch {
+		go allocate(fmt.Sprintf("w-%d", i))
+	}
+	poll(t, func() bool { node.mu.Lock(); defer node.mu.Unlock(); return len(node.batches) == 2 })
+	close(node.hold)
+	for range wire.MaxBatch + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(node.batches[1]); n != wire.MaxBatch {
+		t.Fatalf("the second batch held %d writes, want %d", n, wire.MaxBatch)
+	}
+}
