@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
@@ -48,18 +49,87 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) error {
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		s.workers.run(func() {
 			defer wg.Done()
 			s.batchMux.ServeHTTP(&items[i], sub)
-		}()
+		})
 	}
 	wg.Wait()
-	out := wire.BatchResponse{Responses: make([]wire.BatchResult, n)}
-	for i := range items {
-		out.Responses[i] = items[i].result()
-	}
-	writeJSON(w, r, http.StatusOK, out)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(appendBatchResponse(nil, items))
 	return nil
+}
+
+// appendBatchResponse writes a wire.BatchResponse of the items' answers,
+// their bodies as they are: JSON the server wrote itself, which
+// encoding/json would scan again for nothing.
+func appendBatchResponse(b []byte, items []itemWriter) []byte {
+	b = append(b, `{"responses":[`...)
+	for i := range items {
+		res := items[i].result()
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"status":`...)
+		b = strconv.AppendInt(b, int64(res.Status), 10)
+		if res.Index > 0 {
+			b = append(b, `,"index":`...)
+			b = strconv.AppendUint(b, res.Index, 10)
+		}
+		if res.RequestID != "" {
+			id, _ := json.Marshal(res.RequestID)
+			b = append(b, `,"request_id":`...)
+			b = append(b, id...)
+		}
+		b = append(b, `,"body":`...)
+		b = append(b, res.Body...)
+		b = append(b, '}')
+	}
+	return append(b, "]}\n"...)
+}
+
+// itemWorkers runs the requests of batches on goroutines that stay a
+// while for the next, so that the stacks they grew serving one request
+// serve the next too.
+type itemWorkers struct {
+	work chan func()
+	// idle is how long an idle worker waits for work before it ends.
+	idle time.Duration
+	// live counts the workers.
+	live atomic.Int64
+}
+
+// itemWorkerIdle is how long an idle worker waits for work.
+const itemWorkerIdle = 5 * time.Second
+
+func newItemWorkers(idle time.Duration) *itemWorkers {
+	return &itemWorkers{work: make(chan func()), idle: idle}
+}
+
+// run hands f to an idle worker, or starts one.
+func (p *itemWorkers) run(f func()) {
+	select {
+	case p.work <- f:
+	default:
+		p.live.Add(1)
+		go p.serve(f)
+	}
+}
+
+func (p *itemWorkers) serve(f func()) {
+	defer p.live.Add(-1)
+	idle := time.NewTimer(p.idle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(p.idle)
+		select {
+		case f = <-p.work:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // batchItem makes the request a batch item stands for, with the batch's

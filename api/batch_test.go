@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
@@ -128,5 +131,32 @@ func TestBatchChecksEachRequestsToken(t *testing.T) {
 	itemErr(t, anon[0], http.StatusForbidden, wire.CodePermissionDenied)
 	if strings.Contains(string(anon[0].Body), "team-a") {
 		t.Fatalf("refusal names another namespace: %s", anon[0].Body)
+	}
+}
+
+// TestItemWorkersEnd: workers run every task and end once idle.
+func TestItemWorkersEnd(t *testing.T) {
+	p := newItemWorkers(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for range 3 {
+		for range 8 {
+			wg.Add(1)
+			p.run(func() { defer wg.Done(); done.Add(1) })
+		}
+		wg.Wait()
+	}
+	if done.Load() != 24 {
+		t.Fatalf("%d of 24 ran", done.Load())
+	}
+	if n := p.live.Load(); n < 1 || n > 24 {
+		t.Fatalf("%d workers for 24 tasks", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.live.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle workers did not end", p.live.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -183,6 +183,7 @@ type Server struct {
 	load     *loadWindow
 	uploads  chan struct{}
 	streams  chan struct{}
+	workers  *itemWorkers
 }
 
 // New returns the API over a node.
@@ -200,6 +201,7 @@ func New(b Backend, opts Options) *Server {
 		load:     &loadWindow{now: time.Now},
 		uploads:  make(chan struct{}, opts.MaxSnapshotUploads),
 		streams:  make(chan struct{}, opts.MaxEventStreams),
+		workers:  newItemWorkers(itemWorkerIdle),
 	}
 	s.metrics = newMetrics(s)
 	table := routes()
