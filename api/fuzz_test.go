@@ -2,10 +2,12 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
 
+	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/fsm"
 )
 
@@ -156,6 +158,51 @@ func FuzzDecodeWrite(f *testing.F) {
 		checkDecodeErr(t, err)
 		if err == nil {
 			applyChecked(t, &fsm.Release{Meta: fsm.Meta{RequestID: body.RequestID}, AllocationID: "a1"})
+		}
+	})
+}
+
+// FuzzBatch posts arbitrary batches to a whole server: no input panics
+// it; a batch is answered 200 with one result of a 2xx or 4xx status and
+// a JSON body per request, or refused 4xx; the state's invariants hold.
+func FuzzBatch(f *testing.F) {
+	for _, seed := range []string{
+		`{"requests":[{"method":"POST","path":"/v1/allocations","request_id":"r1","body":` + gpuReq + `}]}`,
+		`{"requests":[{"method":"POST","path":"/v1/allocations?namespace=x&pretty","body":{"claims":[{"type":"GPU","count":1}]}},{"method":"POST","path":"/v1/allocations/a1/release"}]}`,
+		`{"requests":[{"method":"POST","path":"/v1/batch","body":{"requests":[]}},{"method":"GET","path":"/v1/devices"}]}`,
+		`{"requests":[{"method":"PO ST","path":"http://x/v1/allocations"},{"method":"POST","path":"/v1/allocations/%zz/cancel"}]}`,
+		`{"requests":[{"method":"POST","path":"/v1/allocations/a1/renew","request_id":"a b","body":{"ttl":"-1s"}}]}`,
+		`{"requests":[]}`, `{}`, `null`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e := newEnv(t, Options{})
+		e.seed()
+		r := e.do("POST", "/v1/batch", string(data))
+		if r.code != http.StatusOK {
+			if r.code < 400 || r.code >= 500 {
+				t.Fatalf("batch answered %d: %s", r.code, r.body)
+			}
+			return
+		}
+		var req wire.BatchRequest
+		var out wire.BatchResponse
+		if err := json.Unmarshal(data, &req); err != nil {
+			t.Fatalf("a batch that does not decode was served: %v", err)
+		}
+		if err := json.Unmarshal(r.body, &out); err != nil || len(out.Responses) != len(req.Requests) {
+			t.Fatalf("answer %s (%v) to %d requests", r.body, err, len(req.Requests))
+		}
+		for _, res := range out.Responses {
+			if res.Status < 200 || res.Status >= 500 || !json.Valid(res.Body) {
+				t.Fatalf("result %d %s", res.Status, res.Body)
+			}
+		}
+		var err error
+		e.b.f.Read(func(st *fsm.State) { err = st.CheckInvariants() })
+		if err != nil {
+			t.Fatalf("invariants after a batch: %v", err)
 		}
 	})
 }
