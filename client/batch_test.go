@@ -73,6 +73,19 @@ func newBatchNode(t *testing.T, serveBatches bool) *batchNode {
 	return n
 }
 
+// batchingClient is a client of node with BatchWrites, and a context
+// that bounds the test.
+func batchingClient(t *testing.T, node *batchNode) (*Client, context.Context) {
+	t.Helper()
+	c, err := New(Config{Addresses: []string{node.srv.URL}, BatchWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
+}
+
 // waiting is how many writes wait for a batch to go.
 func (b *batcher) waiting() int {
 	b.mu.Lock()
@@ -86,12 +99,7 @@ func (b *batcher) waiting() int {
 
 func TestBatchWritesGather(t *testing.T) {
 	node := newBatchNode(t, true)
-	c, err := New(Config{Addresses: []string{node.srv.URL}, BatchWrites: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := batchingClient(t, node)
 	type result struct {
 		id   string
 		a    *Allocation
@@ -132,12 +140,7 @@ func TestBatchWritesGather(t *testing.T) {
 
 func TestBatchWritesFallBackToAlone(t *testing.T) {
 	node := newBatchNode(t, false)
-	c, err := New(Config{Addresses: []string{node.srv.URL}, BatchWrites: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := batchingClient(t, node)
 	for i := range 3 {
 		id := fmt.Sprintf("w-%d", i)
 		a, _, err := c.Allocate(ctx, AllocateRequest{RequestID: id, Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
@@ -163,12 +166,7 @@ func poll(t *testing.T, cond func() bool) {
 
 func TestBatchWritesFullBatchGoesAtOnce(t *testing.T) {
 	node := newBatchNode(t, true)
-	c, err := New(Config{Addresses: []string{node.srv.URL}, BatchWrites: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := batchingClient(t, node)
 	errs := make(chan error, wire.MaxBatch+1)
 	allocate := func(id string) {
 		_, _, err := c.Allocate(ctx, AllocateRequest{RequestID: id, Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
