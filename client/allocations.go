@@ -217,13 +217,13 @@ func (c *Client) Queue(ctx context.Context, q *QueryOptions) ([]Allocation, *Que
 
 // allocationWrite serves release, renew and cancel.
 func (c *Client) allocationWrite(ctx context.Context, id, verb string, body any, requestID string) (*Allocation, *WriteMeta, error) {
-	b, err := jsonBody(body)
+	var a Allocation
+	rq, err := writeRequest(http.MethodPost, "/v1/allocations/"+esc(id)+"/"+verb, body, requestID, &a)
 	if err != nil {
 		return nil, nil, err
 	}
-	var a Allocation
-	ans, err := c.do(ctx, &request{method: http.MethodPost, path: "/v1/allocations/" + esc(id) + "/" + verb, body: b,
-		ctype: "application/json", write: true, idempotent: true, batchable: true, requestID: requestID, out: &a})
+	rq.batchable = true
+	ans, err := c.do(ctx, rq)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -378,16 +378,25 @@ func (c *Client) get(ctx context.Context, path string, v url.Values, q *QueryOpt
 // write sends a write with a JSON body; requestID is the body's request
 // ID, also sent as the X-Request-Id header.
 func (c *Client) write(ctx context.Context, method, path string, body any, requestID string, out any) (*WriteMeta, error) {
-	b, err := jsonBody(body)
+	rq, err := writeRequest(method, path, body, requestID, out)
 	if err != nil {
 		return nil, err
 	}
-	ans, err := c.do(ctx, &request{method: method, path: path, body: b, ctype: "application/json",
-		write: true, idempotent: true, requestID: requestID, out: out})
+	ans, err := c.do(ctx, rq)
 	if err != nil {
 		return nil, err
 	}
 	return ans.writeMeta(), nil
+}
+
+// writeRequest is the request of a write with a JSON body.
+func writeRequest(method, path string, body any, requestID string, out any) (*request, error) {
+	b, err := jsonBody(body)
+	if err != nil {
+		return nil, err
+	}
+	return &request{method: method, path: path, body: b, ctype: "application/json",
+		write: true, idempotent: true, requestID: requestID, out: out}, nil
 }
 
 // jsonBody encodes a request body.
