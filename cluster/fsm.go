@@ -155,7 +155,8 @@ func (f *RaftFSM) Apply(l *raft.Log) interface{} {
 
 // ApplyBatch applies committed entries in order. Each command's answer is
 // an fsm.Result; configuration entries answer nil. An entry that fails its
-// checksum or does not decode (unknown command type, bad payload) halts
+// checksum or does not decode (unknown command type, bad payload), or
+// after which the state no longer holds together (fsm.State.Fault), halts
 // the FSM (fail-stop): it answers ErrReplicaFailed for that entry and for
 // every later one, its applied index stays before it, and Halted is
 // closed so that the node stops Raft. Nothing is ever skipped.
@@ -181,6 +182,16 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 			}
 			f.applies[uint8(c.Type())].Add(1)
 			res, changed := f.state.ApplyChanged(l.Index, c)
+			if err := f.state.Fault(); err != nil {
+				// The state no longer holds together: stop here, as for
+				// an entry that does not decode, rather than go on
+				// from it.
+				f.state.TakeEvents()
+				f.halt = &HaltError{Index: l.Index, Err: err, Version: f.version}
+				halted = true
+				out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
+				continue
+			}
 			if changed {
 				f.modified = l.Index
 			}

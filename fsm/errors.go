@@ -29,12 +29,15 @@ var (
 	// ErrRequestIDReused refuses a request ID seen before with another
 	// command or body: a retry must be the same request.
 	ErrRequestIDReused = &Error{Code: "request_id_reused", Message: "request id used before for another request"}
+	// ErrInconsistent: the replica's derived state no longer matches what
+	// it derives from (State.Fault); the replica must stop.
+	ErrInconsistent = &Error{Code: "inconsistent_state", Message: "the replica's state does not hold together"}
 )
 
 var sentinels = map[string]*Error{}
 
 func init() {
-	for _, e := range []*Error{ErrInvalid, ErrNotFound, ErrConflict, ErrNoCapacity, ErrQuotaExceeded, ErrNotActive, ErrUnknownCommand, ErrSnapshot, ErrRequestIDReused} {
+	for _, e := range []*Error{ErrInvalid, ErrNotFound, ErrConflict, ErrNoCapacity, ErrQuotaExceeded, ErrNotActive, ErrUnknownCommand, ErrSnapshot, ErrRequestIDReused, ErrInconsistent} {
 		sentinels[e.Code] = e
 	}
 }

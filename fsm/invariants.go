@@ -15,9 +15,12 @@ import (
 // derived index agrees with the devices, and the snapshot records kept
 // for hosts and devices are their current encodings, and the history's
 // records, entries, index and digest agree (history.check), and so do
-// the request cache's (requestCache.check). It returns the first
-// violation.
+// the request cache's (requestCache.check), and no apply found the
+// statistics short of a value (Fault). It returns the first violation.
 func (s *State) CheckInvariants() error {
+	if err := s.Fault(); err != nil {
+		return err
+	}
 	if err := s.checkLive(sortedKeys(s.devices)); err != nil {
 		return err
 	}
@@ -26,6 +29,13 @@ func (s *State) CheckInvariants() error {
 	}
 	return s.cache.check()
 }
+
+// Fault is the first inconsistency an apply found in the state it keeps
+// derived (the statistics' trees short of a value they should hold), or
+// nil. It does not heal: a replica with a fault must stop applying, as
+// for an entry it cannot decode, rather than serve figures that have
+// drifted.
+func (s *State) Fault() error { return s.agg.fault }
 
 // checkLive is CheckInvariants but for the history, which a restore
 // checks record by record as it files them; devices are the device IDs

@@ -112,11 +112,8 @@ func (o *ostTree) len() int       { return o.set.len() }
 func (o *ostTree) sum() u128      { return o.set.all }
 func (o *ostTree) insert(v int64) { o.set.insert(ostVal(v)) }
 
-func (o *ostTree) remove(v int64) {
-	if !o.set.remove(ostVal(v)) {
-		panic("fsm: statistics remove a value they do not hold")
-	}
-}
+// remove takes v out, and reports whether the tree held it.
+func (o *ostTree) remove(v int64) bool { return o.set.remove(ostVal(v)) }
 
 // countLE is how many values are at most v, and countLT how many are
 // below v.
@@ -201,11 +198,9 @@ func (o *seqTree) settle() {
 func (o *seqTree) len() int             { return o.set.len() }
 func (o *seqTree) insert(seq, v uint64) { o.set.insert(seqVal{seq: seq, v: v}) }
 
-func (o *seqTree) remove(seq uint64) {
-	if !o.set.remove(seqVal{seq: seq}) {
-		panic("fsm: statistics remove a value they do not hold")
-	}
-}
+// remove takes the value at seq out, and reports whether the tree held
+// it.
+func (o *seqTree) remove(seq uint64) bool { return o.set.remove(seqVal{seq: seq}) }
 
 // upTo is the count and sum of the values at Seq seq or below.
 func (o *seqTree) upTo(seq uint64) (int, u128) { return o.set.sumUpTo(seqVal{seq: seq}) }
@@ -281,6 +276,9 @@ type statsAgg struct {
 	flaky map[DeviceType]map[string]*flakySet
 	// dev is the device side (stats_dev.go).
 	dev *statsDev
+	// fault is the first removal that found a value the trees do not
+	// hold: the figures no longer match the allocations (State.Fault).
+	fault error
 }
 
 // flakySet is the flaky devices of a type and pool, and the allocations
@@ -409,7 +407,9 @@ func (s *State) aggCountIn(a *Allocation, pool string, sign int) {
 		b = s.agg.bucket(k, true)
 		s.agg.last, s.agg.lastKey = b, k
 	}
-	b.count(a, sign, false)
+	if !b.count(a, sign, false) && s.agg.fault == nil {
+		s.agg.fault = errf(ErrInconsistent, "the statistics of %s/%s/%s do not hold allocation %s", k.t, k.pool, k.ns, a.ID)
+	}
 	if b.counts.Total == 0 {
 		s.agg.drop(k)
 		s.agg.last = nil
@@ -417,8 +417,9 @@ func (s *State) aggCountIn(a *Allocation, pool string, sign int) {
 }
 
 // count adds (sign 1) or removes (-1) allocation a, as it is now, to or
-// from the bucket; gather keeps the trees' values for settle instead.
-func (b *allocAgg) count(a *Allocation, sign int, gather bool) {
+// from the bucket; gather keeps the trees' values for settle instead. It
+// reports false when a removal finds a value the trees do not hold.
+func (b *allocAgg) count(a *Allocation, sign int, gather bool) bool {
 	b.counts.addSigned(a, sign)
 	if b.prios == nil {
 		b.prios = map[int]int{}
@@ -437,7 +438,7 @@ func (b *allocAgg) count(a *Allocation, sign int, gather bool) {
 			}
 		}
 	}
-	b.trees(a, sign, gather)
+	return b.trees(a, sign, gather)
 }
 
 // absorb adds the counts of o, a bucket a restore gathered
@@ -461,8 +462,10 @@ func (b *allocAgg) absorb(o *allocAgg) {
 }
 
 // trees adds (sign 1) or removes (-1) allocation a, as it is now, to or
-// from the bucket's trees; gather keeps the values for settle instead.
-func (b *allocAgg) trees(a *Allocation, sign int, gather bool) {
+// from the bucket's trees; gather keeps the values for settle instead. It
+// reports false when a removal finds a value the trees do not hold.
+func (b *allocAgg) trees(a *Allocation, sign int, gather bool) bool {
+	ok := true
 	if a.AllocatedAt != 0 {
 		wait := a.AllocatedAt - a.RequestedAt
 		tree, v := &b.ended, a.EndedAt-a.AllocatedAt
@@ -477,8 +480,8 @@ func (b *allocAgg) trees(a *Allocation, sign int, gather bool) {
 			tree.insert(v)
 			b.waits.insert(wait)
 		default:
-			tree.remove(v)
-			b.waits.remove(wait)
+			ok = tree.remove(v)
+			ok = b.waits.remove(wait) && ok
 		}
 	}
 	if a.Status != Failed {
@@ -495,9 +498,10 @@ func (b *allocAgg) trees(a *Allocation, sign int, gather bool) {
 		case sign > 0:
 			tree.insert(a.Seq, uint64(v))
 		default:
-			tree.remove(a.Seq)
+			ok = tree.remove(a.Seq) && ok
 		}
 	}
+	return ok
 }
 
 // firstDevList is the list of the allocations whose first device is

@@ -540,3 +540,34 @@ func TestStatsFragmentationMinorType(t *testing.T) {
 		t.Fatalf("GPU fragmentation %v among 500 CPU requests, want 0.6", f)
 	}
 }
+
+// A statistics tree short of a value it should hold is a fault of the
+// state, not a crash: the apply that finds it records it, and
+// CheckInvariants reports it from then on.
+func TestStatsFaultIsRecordedNotPanicked(t *testing.T) {
+	h := newHarness(t)
+	h.must(host("h1", gpu("g1", 80)))
+	r := h.must(gpuReq(12))
+	a, ok := h.s.Allocation(r.Allocation.ID)
+	if !ok {
+		t.Fatal("allocation not found")
+	}
+	if err := h.s.Fault(); err != nil {
+		t.Fatalf("fault before the damage: %v", err)
+	}
+	h.s.aggCount(a, -1) // the trees lose the allocation behind the state's back
+	if err := h.s.Fault(); err != nil {
+		t.Fatalf("fault after a removal of values held: %v", err)
+	}
+	res := h.apply(&Release{AllocationID: a.ID}) // its removal finds nothing
+	if res.Err != nil {
+		t.Fatalf("release: %v", res.Err)
+	}
+	err := h.s.Fault()
+	if !errors.Is(err, ErrInconsistent) {
+		t.Fatalf("fault after the release: %v", err)
+	}
+	if got := h.s.CheckInvariants(); !errors.Is(got, ErrInconsistent) {
+		t.Fatalf("CheckInvariants: %v", got)
+	}
+}
