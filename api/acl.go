@@ -134,6 +134,7 @@ func (s *Server) authorize(r *http.Request, rt route) (*http.Request, error) {
 	}
 	tok, authz, err := s.resolveToken(r)
 	if err != nil {
+		c.accessor = "unknown" // as accessorOf says, without resolving again
 		return r.WithContext(withCaller(r.Context(), c)), err
 	}
 	c.accessor = tok.AccessorID

@@ -26,30 +26,58 @@ const maxResolveTries = 3
 // found is false when no such token exists. Expiry is not checked here:
 // the caller compares ExpiresAt with its clock at use.
 //
-// A server answers from its local replica, as a read does. A host asks a
-// server over the node RPC (any alive one, in turn, within RPCTimeout)
-// and keeps the answer for Config.ACLTokenTTL (an unknown token for
-// ACLTokenNegativeTTL); concurrent asks for one token share a call. With
-// no server to answer it fails with the retryable ErrNoLeader.
+// A server answers from its local replica, as a read does. A follower
+// that does not find the token there may only be behind (just restarted,
+// or the token was created a moment ago through another server): it looks
+// again once it has applied the leader's commit index (a read barrier),
+// and when no leader answers it fails with the barrier's retryable error
+// rather than call the token unknown. A host asks a server over the node
+// RPC (any alive one, in turn, within RPCTimeout) and keeps the answer
+// for Config.ACLTokenTTL (an unknown token for ACLTokenNegativeTTL);
+// concurrent asks for one token share a call. With no server to answer
+// it fails with the retryable ErrNoLeader.
 func (n *Node) ResolveToken(ctx context.Context, secretHash string) (tok fsm.ACLToken, authz *fsm.Authorizer, found bool, err error) {
 	if err := n.running(); err != nil {
 		return tok, nil, false, err
 	}
 	if n.raft != nil {
-		n.fsm.Read(func(st *fsm.State) {
+		err := n.lookUpCaughtUp(ctx, func(st *fsm.State) bool {
 			tok, found = st.TokenOfSecret(secretHash)
+			authz = nil
 			if found {
 				authz = st.Authorizer(tok)
 			}
+			return found
 		})
+		if err != nil {
+			return fsm.ACLToken{}, nil, false, err
+		}
 		return tok, authz, found, nil
 	}
 	e, err := n.resolveRemote(ctx, secretHash)
 	return e.tok, e.authz, e.found, err
 }
 
+// lookUpCaughtUp runs look, which reports whether it found what it looks
+// for, on the local replica. On a follower that did not find it, it runs
+// look again once the replica has applied the leader's commit index (a
+// read barrier, whose error it returns): the replica may only be behind.
+func (n *Node) lookUpCaughtUp(ctx context.Context, look func(*fsm.State) bool) error {
+	found := false
+	n.fsm.Read(func(st *fsm.State) { found = look(st) })
+	if found || n.IsLeader() {
+		return nil
+	}
+	if err := n.readBarrier(ctx); err != nil {
+		return err
+	}
+	n.fsm.Read(func(st *fsm.State) { look(st) })
+	return nil
+}
+
 // RPCResolveToken serves a host's (or a server's) ask for a token from
-// the local replica. Hosts answer ErrNotServer.
+// the local replica, looked up again after a read barrier when a follower
+// does not find it. Hosts answer ErrNotServer.
 func (n *Node) RPCResolveToken(ctx context.Context, req transport.ResolveTokenRequest) (transport.ResolveTokenResponse, error) {
 	if n.raft == nil {
 		return transport.ResolveTokenResponse{}, clusterErr(ErrNotServer, "tokens are resolved by servers")
@@ -58,12 +86,17 @@ func (n *Node) RPCResolveToken(ctx context.Context, req transport.ResolveTokenRe
 		return transport.ResolveTokenResponse{}, err
 	}
 	var resp transport.ResolveTokenResponse
-	n.fsm.Read(func(st *fsm.State) {
+	err := n.lookUpCaughtUp(ctx, func(st *fsm.State) bool {
 		resp.Token, resp.Found = st.TokenOfSecret(req.SecretHash)
+		resp.Policies = nil
 		if resp.Found {
 			resp.Policies = st.ACLTokenPolicies(resp.Token)
 		}
+		return resp.Found
 	})
+	if err != nil {
+		return transport.ResolveTokenResponse{}, err
+	}
 	resp.Token.SecretHash = ""
 	return resp, nil
 }
