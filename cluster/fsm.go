@@ -147,6 +147,31 @@ func (f *RaftFSM) Halt() *HaltError {
 	return f.halt
 }
 
+// applyCommandLocked decodes and applies one command entry, publishing
+// its events. An error (the entry does not decode, or the state no longer
+// holds together after it: fsm.State.Fault) means the replica must halt
+// there; what the entry changed is then never published.
+func (f *RaftFSM) applyCommandLocked(l *raft.Log) (fsm.Result, error) {
+	c, err := DecodeLogEntry(l.Data)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	if f.fault != nil {
+		f.fault(l.Index, c)
+	}
+	f.applies[uint8(c.Type())].Add(1)
+	res, changed := f.state.ApplyChanged(l.Index, c)
+	if err := f.state.Fault(); err != nil {
+		f.state.TakeEvents()
+		return fsm.Result{}, err
+	}
+	if changed {
+		f.modified = l.Index
+	}
+	f.events.Publish(l.Index, f.state.TakeEvents())
+	return res, nil
+}
+
 // Apply applies one log entry. Raft calls ApplyBatch instead; Apply is
 // here for the raft.FSM interface and for tests.
 func (f *RaftFSM) Apply(l *raft.Log) interface{} {
@@ -165,38 +190,17 @@ func (f *RaftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	f.mu.Lock()
 	grew, halted := false, false
 	for i, l := range logs {
-		if f.halt != nil {
-			out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
-			continue
-		}
-		if l.Type == raft.LogCommand {
-			c, err := DecodeLogEntry(l.Data)
+		if f.halt == nil && l.Type == raft.LogCommand {
+			res, err := f.applyCommandLocked(l)
 			if err != nil {
 				f.halt = &HaltError{Index: l.Index, Err: err, Version: f.version}
 				halted = true
-				out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
-				continue
 			}
-			if f.fault != nil {
-				f.fault(l.Index, c)
-			}
-			f.applies[uint8(c.Type())].Add(1)
-			res, changed := f.state.ApplyChanged(l.Index, c)
-			if err := f.state.Fault(); err != nil {
-				// The state no longer holds together: stop here, as for
-				// an entry that does not decode, rather than go on
-				// from it.
-				f.state.TakeEvents()
-				f.halt = &HaltError{Index: l.Index, Err: err, Version: f.version}
-				halted = true
-				out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
-				continue
-			}
-			if changed {
-				f.modified = l.Index
-			}
-			f.events.Publish(l.Index, f.state.TakeEvents())
 			out[i] = res
+		}
+		if f.halt != nil {
+			out[i] = fsm.Result{Index: l.Index, Err: clusterErr(ErrReplicaFailed, f.halt.Error())}
+			continue
 		}
 		if l.Index > f.applied {
 			f.applied = l.Index
