@@ -264,3 +264,39 @@ func lastSnapshot(t testing.TB, n *Node) uint64 {
 	}
 	return list[0].Index
 }
+
+// TestRestartedFollowerIsNotReadyBeforeItHearsTheCommitIndex samples a
+// restarted follower's status as fast as it can: its replica starts
+// empty, and the leader's heartbeats name the leader before any entry
+// tells it the commit index, so until one does it must not say ready
+// (after that, ready means applied within ReadyLag of it).
+func TestRestartedFollowerIsNotReadyBeforeItHearsTheCommitIndex(t *testing.T) {
+	tc := newTestCluster(t, nil)
+	nodes := tc.servers(3)
+	leader := tc.waitLeader(nodes...)
+	mustApply(t, leader, staticHost("h1", gpu("g1", 40)))
+	follower := followers(leader, nodes...)[0]
+	id := follower.cfg.NodeID
+	tc.crash(id)
+	back := tc.restart(id)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st := back.Status()
+		if st.Ready && (st.CommitIndex == 0 || st.CommitIndex > st.AppliedIndex+ReadyLag) {
+			t.Fatalf("ready at commit index %d, applied %d", st.CommitIndex, st.AppliedIndex)
+		}
+		if st.Ready {
+			var has bool
+			waitSame(t, back, leader)
+			back.fsm.Read(func(s *fsm.State) { _, has = s.Host("h1") })
+			if !has {
+				t.Fatal("caught up without the host committed before the restart")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready within 15s: %+v", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

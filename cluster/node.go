@@ -543,7 +543,9 @@ func (n *Node) Status() Status {
 	s.Term = n.raft.CurrentTerm()
 	s.HostRegistrations = n.fsm.CommandsApplied(fsm.RegisterHostType)
 	s.LastContact = n.lastContact()
-	caughtUp := s.CommitIndex <= s.AppliedIndex+ReadyLag
+	// A commit index of 0 is one no leader has sent yet (heartbeats do
+	// not carry it): a restarted follower's replica may still be empty.
+	caughtUp := s.CommitIndex > 0 && s.CommitIndex <= s.AppliedIndex+ReadyLag
 	if n.IsLeader() {
 		s.Ready = n.leaderReady.Load()
 	} else {

@@ -137,9 +137,9 @@ type Status struct {
 	// HostRegistrations is how many RegisterHost commands this replica
 	// has applied since its process started (log replay included).
 	HostRegistrations uint64 `json:"host_registrations"`
-	// Ready: a server knows a leader, has applied what it knows committed
-	// (within ReadyLag), and heard from the leader recently; a host has
-	// joined the gossip pool.
+	// Ready: a server knows a leader, has learnt a commit index from it
+	// and applied it (within ReadyLag), and heard from the leader
+	// recently; a host has joined the gossip pool.
 	Ready bool `json:"ready"`
 	// Integrity says why this server's replica may not be read: it halted
 	// at a log entry it could not apply, or its state differs from the
