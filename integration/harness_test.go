@@ -241,8 +241,8 @@ func NewCluster(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// StartCluster starts a cluster and waits until every process is ready and
-// a leader leads.
+// StartCluster starts a cluster and waits until every process is ready, a
+// leader leads and it has every host registered and up.
 func StartCluster(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c := NewCluster(t, opts)
@@ -251,10 +251,42 @@ func StartCluster(t testing.TB, opts Options) *Cluster {
 	if err := c.Boot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Leader(ctx); err != nil {
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitRegistered(ctx, leader, c.Hosts...); err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// WaitRegistered waits until server p's replica has every host of hosts
+// registered and up. A host is ready once it has joined the gossip pool,
+// which comes before the leader has registered it.
+func (c *Cluster) WaitRegistered(ctx context.Context, p *Process, hosts ...*Process) error {
+	var missing []string
+	err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		var list []wire.Host
+		if err := c.Get(ctx, p, "/v1/hosts", &list); err != nil {
+			return false, nil // a busy server answers later
+		}
+		up := map[string]bool{}
+		for _, h := range list {
+			up[h.ID] = h.Up
+		}
+		missing = missing[:0]
+		for _, h := range hosts {
+			if !up[h.Name] {
+				missing = append(missing, h.Name)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("hosts %v not registered and up on %s: %w", missing, p.Name, err)
+	}
+	return nil
 }
 
 // Boot starts every process and waits until each is ready. With

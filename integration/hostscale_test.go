@@ -262,6 +262,12 @@ func TestHostScaleLeaderKill(t *testing.T) {
 	t.Logf("%d simulated hosts started and registered in %v", n, time.Since(began).Round(time.Millisecond))
 
 	survivors := Except(c.Servers, leader)
+	// The followers apply the last registrations after the leader: count
+	// from where each has them all, or they would pass for registering
+	// again.
+	for _, s := range survivors {
+		waitHosts(t, ctx, c, s, n, true)
+	}
 	before := make([]uint64, len(survivors))
 	for i, s := range survivors {
 		m, err := scrapeHosts(ctx, c, s)
