@@ -68,12 +68,8 @@ func hostOn(ctx context.Context, c *Cluster, p *Process, id string) (wire.Host, 
 func waitHostEverywhere(t *testing.T, ctx context.Context, c *Cluster, id string) {
 	t.Helper()
 	for _, p := range c.Servers {
-		err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
-			h, ok, err := hostOn(ctx, c, p, id)
-			return err == nil && ok && h.Up, nil
-		})
-		if err != nil {
-			t.Fatalf("host %s on %s: %v", id, p.Name, err)
+		if err := c.WaitRegistered(ctx, p, c.Process(id)); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
