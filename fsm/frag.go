@@ -438,17 +438,31 @@ func (w *fragWorkload) free(devs []fragDev, span *fragSpans) float64 {
 
 // fragOf is the fragmentation of a host whose view is devs.
 func (w *fragWorkload) fragOf(devs []fragDev, span *fragSpans) float64 {
+	return w.fragBoth(devs, span).frag
+}
+
+// fragAmount is a host's fragmentation (frag) and, for breaking ties
+// between placements, what FGD's single-copy test counts (single: copies
+// not counted, fragCopyWeight 0).
+type fragAmount struct {
+	frag, single float64
+}
+
+// fragBoth is a host's fragmentation both ways, in one pass.
+func (w *fragWorkload) fragBoth(devs []fragDev, span *fragSpans) fragAmount {
 	total := w.free(devs, span)
 	if total <= eps {
-		return 0
+		return fragAmount{}
 	}
 	w.measure(devs, span)
-	frag := 0.0
+	var a fragAmount
 	for si := range w.shapes {
 		sh := &w.shapes[si]
-		frag += sh.weight * w.unusable(sh, total)
+		frag, single := w.unusableBoth(sh, total)
+		a.frag += sh.weight * frag
+		a.single += sh.weight * single
 	}
-	return frag
+	return a
 }
 
 // measure finds, per distinct claim, the usable capacity and the copies
@@ -478,10 +492,22 @@ func (w *fragWorkload) measure(devs []fragDev, span *fragSpans) {
 // unusable is the free capacity of the measured type (total) that shape
 // sh could not use on the host just measured.
 func (w *fragWorkload) unusable(sh *fragShape, total float64) float64 {
+	frag, _ := w.unusableBoth(sh, total)
+	return frag
+}
+
+// unusableBoth is what unusable says, and the same with copies not
+// counted: the usable capacity is then all usable as soon as one copy of
+// the shape fits.
+func (w *fragWorkload) unusableBoth(sh *fragShape, total float64) (frag, single float64) {
 	if sh.measured < 0 {
-		return total
+		return total, total
 	}
-	return total - w.usable[sh.measured]*w.servable(sh)
+	sv := w.servable(sh)
+	if sv == 0 {
+		return total, total
+	}
+	return total - w.usable[sh.measured]*sv, total - w.usable[sh.measured]
 }
 
 // servable is the share of the usable capacity of the measured type that

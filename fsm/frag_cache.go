@@ -12,11 +12,12 @@ import (
 // rises least. On the chosen host, the device of its first one-device
 // claim of the measured type (a GPU share) is chosen by the same measure,
 // the other claims are packed (least left over). Increases closer than
-// fragGrid tie; ties go to the host that keeps the least free capacity of
-// the measured type (so a CPU-only task lands where the GPUs are taken,
-// not where it would eat the CPU that free GPUs need), then to the one
-// that keeps the least of the types the request uses, then to the lower
-// host ID.
+// fragGrid tie; ties go to the host where FGD's single-copy measure
+// (fragAmount.single) rises least on the same grid, then to the one that
+// keeps the least free capacity of the measured type (so a CPU-only task
+// lands where the GPUs are taken, not where it would eat the CPU that
+// free GPUs need), then to the one that keeps the least of the types the
+// request uses, then to the lower host ID.
 //
 // The typical workload is recomputed at fixed points of the allocation
 // sequence (s.seq): at 1, 2, 4, ... below fragRefresh and at every
@@ -125,7 +126,7 @@ type fragGroup struct {
 	// hosts holds the hosts' IDs.
 	hosts *btree.BTreeG[string]
 	// frag is the group's fragmentation under workload epoch fragEpoch.
-	frag      float64
+	frag      fragAmount
 	fragEpoch uint64
 }
 
@@ -157,25 +158,29 @@ type fragOutcome struct {
 }
 
 // fragScore ranks placements, lowest first: the fragmentation increase on
-// a grid of fragGrid devices, then the free capacity of the measured type
+// a grid of fragGrid devices, then the increase of FGD's single-copy
+// measure on the same grid, then the free capacity of the measured type
 // the host keeps, then what it keeps of the types the request uses.
 type fragScore struct {
-	delta float64
-	free  float64
-	left  float64
+	delta  float64
+	single float64
+	free   float64
+	left   float64
 }
 
 // fragRank files a group that can take a table's shape by its score.
 type fragRank struct {
-	grid, free, left float64
-	id               int32
-	gen              uint32
+	grid, singleGrid, free, left float64
+	id                           int32
+	gen                          uint32
 }
 
 func fragRankLess(a, b fragRank) bool {
 	switch {
 	case a.grid != b.grid:
 		return a.grid < b.grid
+	case a.singleGrid != b.singleGrid:
+		return a.singleGrid < b.singleGrid
 	case a.free != b.free:
 		return a.free < b.free
 	case a.left != b.left:
@@ -187,8 +192,11 @@ func fragRankLess(a, b fragRank) bool {
 }
 
 func (sc *fragScore) rank(id int32, gen uint32) fragRank {
-	return fragRank{grid: math.Floor(sc.delta/fragGrid + 1e-6), free: sc.free, left: sc.left, id: id, gen: gen}
+	return fragRank{grid: onFragGrid(sc.delta), singleGrid: onFragGrid(sc.single), free: sc.free, left: sc.left, id: id, gen: gen}
 }
+
+// onFragGrid is an increase as a step of fragGrid.
+func onFragGrid(x float64) float64 { return math.Floor(x/fragGrid + 1e-6) }
 
 func (o *fragOutcome) setPicks(p []int16) {
 	o.n = len(p)
@@ -427,9 +435,9 @@ func (c *fragCache) live(id int32, gen uint32) *fragGroup {
 }
 
 // groupFrag is a group's fragmentation, cached per epoch.
-func (c *fragCache) groupFrag(g *fragGroup) float64 {
+func (c *fragCache) groupFrag(g *fragGroup) fragAmount {
 	if g.fragEpoch != c.epoch {
-		g.frag = c.work.fragOf(g.devs, &g.span)
+		g.frag = c.work.fragBoth(g.devs, &g.span)
 		g.fragEpoch = c.epoch
 	}
 	return g.frag

@@ -66,7 +66,7 @@ func (leastFragmenting) onHost(s *State, h *Host, q *query, ov *overlay) []Assig
 	var span fragSpans
 	view := buildView(s, h, ov, &c.classes, nil, c.view[:0], &span)
 	c.view = view
-	fit, _ := c.evaluate(view, &span, rq, c.work.fragOf(view, &span))
+	fit, _ := c.evaluate(view, &span, rq, c.work.fragBoth(view, &span))
 	if !fit {
 		return nil
 	}
@@ -238,7 +238,7 @@ func (c *fragCache) rankGroup(t *fragTable, g *fragGroup, rq *fragRequest) {
 // of a chosen claim is taken is decided by the exact fragmentation
 // increase, then by what the host keeps of the request's types, then by
 // view order.
-func (c *fragCache) evaluate(devs []fragDev, span *fragSpans, rq *fragRequest, before float64) (bool, fragScore) {
+func (c *fragCache) evaluate(devs []fragDev, span *fragSpans, rq *fragRequest, before fragAmount) (bool, fragScore) {
 	w := c.work
 	if len(devs) == 0 {
 		return false, fragScore{}
@@ -300,11 +300,13 @@ func (c *fragCache) evaluate(devs []fragDev, span *fragSpans, rq *fragRequest, b
 
 // score is the score of a host left as devs, whose fragmentation was
 // before.
-func (c *fragCache) score(devs []fragDev, span *fragSpans, rq *fragRequest, before float64) fragScore {
+func (c *fragCache) score(devs []fragDev, span *fragSpans, rq *fragRequest, before fragAmount) fragScore {
+	after := c.work.fragBoth(devs, span)
 	return fragScore{
-		delta: fragRound(c.work.fragOf(devs, span) - before),
-		free:  fragRound(c.work.free(devs, span)),
-		left:  leftover(devs, rq),
+		delta:  fragRound(after.frag - before.frag),
+		single: fragRound(after.single - before.single),
+		free:   fragRound(c.work.free(devs, span)),
+		left:   leftover(devs, rq),
 	}
 }
 

@@ -171,6 +171,23 @@ func TestFragmentationAwarePlacement(t *testing.T) {
 			want:    map[Policy]string{FragmentationAware: "h1: h1-cpu", BestFit: "h2: h2-cpu"},
 		},
 		{
+			// A CPU-only task where both hosts' increases tie on the grid
+			// (0.141 and 0.125 of a device): on h1 it would take the last
+			// cores beside its free GPU, so that no typical task could use
+			// it; on h2 every typical GPU task still fits. FGD's
+			// single-copy test breaks the tie; packing would pick h1.
+			name: "CPU task leaves cores beside a free GPU",
+			hosts: []*RegisterHost{
+				host("h1", fragCPU("h1-cpu", 8000), fragGPU("h1-g1", "A")),
+				host("h2", fragCPU("h2-cpu", 28000), fragGPU("h2-g1", "A"), fragGPU("h2-g2", "A"), fragGPU("h2-g3", "A")),
+			},
+			typical: []fragTyped{
+				{fragTask(1, 250, "", 12000), 20}, {fragTask(1, 500, "", 8000), 6}, {fragTask(0, 0, "", 16000), 6},
+			},
+			req:  fragTask(0, 0, "", 8000),
+			want: map[Policy]string{FragmentationAware: "h2: h2-cpu", BestFit: "h1: h1-cpu"},
+		},
+		{
 			// Any-model GPU: the model-B GPU, which the typical tasks
 			// (model A only) cannot use anyway.
 			name:    "keeps the model typical tasks need",
@@ -428,7 +445,7 @@ func TestStatsAndPlacementMeasureAgree(t *testing.T) {
 		frag, free := 0.0, 0.0
 		for _, id := range sortedKeys(c.hosts) {
 			fh := c.hosts[id]
-			frag += c.groupFrag(fh.group)
+			frag += c.groupFrag(fh.group).frag
 			free += c.work.free(fh.devs, &fh.span)
 		}
 		placement := 0.0
