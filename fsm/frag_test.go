@@ -171,21 +171,22 @@ func TestFragmentationAwarePlacement(t *testing.T) {
 			want:    map[Policy]string{FragmentationAware: "h1: h1-cpu", BestFit: "h2: h2-cpu"},
 		},
 		{
-			// A CPU-only task where both hosts' increases tie on the grid
-			// (0.141 and 0.125 of a device): on h1 it would take the last
-			// cores beside its free GPU, so that no typical task could use
-			// it; on h2 every typical GPU task still fits. FGD's
-			// single-copy test breaks the tie; packing would pick h1.
-			name: "CPU task leaves cores beside a free GPU",
+			// A GPU share with 4 cores, where both hosts' increases tie on
+			// the grid (-0.045 and -0.061 of a device). On h2 it would
+			// leave 8 cores, too few for the 12-core typical share, so its
+			// GPU would be left to the others alone; on h1 every typical
+			// shape still fits. FGD's single-copy test breaks the tie;
+			// packing would pick h2.
+			name: "share leaves every typical shape room",
 			hosts: []*RegisterHost{
-				host("h1", fragCPU("h1-cpu", 8000), fragGPU("h1-g1", "A")),
-				host("h2", fragCPU("h2-cpu", 28000), fragGPU("h2-g1", "A"), fragGPU("h2-g2", "A"), fragGPU("h2-g3", "A")),
+				host("h1", fragCPU("h1-cpu", 16000), fragGPU("h1-g1", "A"), fragGPU("h1-g2", "A"), fragGPU("h1-g3", "A")),
+				host("h2", fragCPU("h2-cpu", 12000), fragGPU("h2-g1", "A")),
 			},
 			typical: []fragTyped{
-				{fragTask(1, 250, "", 12000), 20}, {fragTask(1, 500, "", 8000), 6}, {fragTask(0, 0, "", 16000), 6},
+				{fragTask(1, 250, "", 8000), 22}, {fragTask(0, 0, "", 8000), 7}, {fragTask(1, 250, "", 12000), 3},
 			},
-			req:  fragTask(0, 0, "", 8000),
-			want: map[Policy]string{FragmentationAware: "h2: h2-cpu", BestFit: "h1: h1-cpu"},
+			req:  fragTask(1, 250, "", 4000),
+			want: map[Policy]string{FragmentationAware: "h1: h1-g1 h1-cpu", BestFit: "h2: h2-g1 h2-cpu"},
 		},
 		{
 			// Any-model GPU: the model-B GPU, which the typical tasks

@@ -363,8 +363,8 @@ func TestStatsFragmentation(t *testing.T) {
 	}
 	// A two-claim shape of shares: its first claim (10) could be served
 	// m = 6 + 1 = 7 times, the whole shape (10 and 55) only k = 1 time,
-	// so half of (m-k)/m of the usable capacity counts as fragmented:
-	// 0.5 x 6/7 of the 2 free devices' worth, over 2.
+	// so fragCopyWeight times (m-k)/m of the usable capacity counts as
+	// fragmented: fragCopyWeight x 6/7 of the 2 free devices' worth, over 2.
 	t.Run("two claims counted in copies", func(t *testing.T) {
 		h := newHarness(t)
 		share := func(id string, cu float64) DeviceSpec {
@@ -378,8 +378,8 @@ func TestStatsFragmentation(t *testing.T) {
 		if res := h.apply(r); !errors.Is(res.Err, ErrNoCapacity) {
 			t.Fatalf("labelled request: %v, want no capacity", res.Err)
 		}
-		if f := h.s.Stats(StatsFilter{Type: GPU})[0].Fragmentation; !near(f, 3.0/7) {
-			t.Fatalf("fragmentation %v, want 3/7", f)
+		if f, want := h.s.Stats(StatsFilter{Type: GPU})[0].Fragmentation, fragCopyWeight*6/7; !near(f, want) {
+			t.Fatalf("fragmentation %v, want %v", f, want)
 		}
 	})
 	// No recent requests: nothing to measure against.
