@@ -173,10 +173,10 @@ func TestFragmentationAwarePlacement(t *testing.T) {
 		{
 			// A GPU share with 4 cores, where both hosts' increases tie on
 			// the grid (-0.045 and -0.061 of a device). On h2 it would
-			// leave 8 cores, too few for the 12-core typical share, so its
-			// GPU would be left to the others alone; on h1 every typical
-			// shape still fits. FGD's single-copy test breaks the tie;
-			// packing would pick h2.
+			// leave 8 cores, too few for the 12-core typical share, which
+			// could then use none of h2's GPU; on h1 every typical shape
+			// still fits. FGD's single-copy test breaks the tie; packing
+			// would pick h2.
 			name: "share leaves every typical shape room",
 			hosts: []*RegisterHost{
 				host("h1", fragCPU("h1-cpu", 16000), fragGPU("h1-g1", "A"), fragGPU("h1-g2", "A"), fragGPU("h1-g3", "A")),
