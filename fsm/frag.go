@@ -438,11 +438,6 @@ func (w *fragWorkload) free(devs []fragDev, span *fragSpans) float64 {
 	return total
 }
 
-// fragOf is the fragmentation of a host whose view is devs.
-func (w *fragWorkload) fragOf(devs []fragDev, span *fragSpans) float64 {
-	return w.fragBoth(devs, span).frag
-}
-
 // fragAmount is a host's fragmentation (frag) and, for breaking ties
 // between placements, what FGD's single-copy test counts (single: copies
 // not counted, fragCopyWeight 0).
@@ -450,7 +445,8 @@ type fragAmount struct {
 	frag, single float64
 }
 
-// fragBoth is a host's fragmentation both ways, in one pass.
+// fragBoth is the fragmentation of a host whose view is devs, both ways,
+// in one pass.
 func (w *fragWorkload) fragBoth(devs []fragDev, span *fragSpans) fragAmount {
 	total := w.free(devs, span)
 	if total <= eps {

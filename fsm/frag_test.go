@@ -309,7 +309,7 @@ func TestFragmentationAwareMatchesReference(t *testing.T) {
 		live = append(live, a.ID)
 		// Increases within one grid step tie (and packing decides).
 		got := fragDeltaOf(h.s, a)
-		if grid := func(x float64) float64 { return math.Floor(x/fragGrid + 1e-6) }; grid(got) > grid(best) {
+		if onFragGrid(got) > onFragGrid(best) {
 			t.Fatalf("step %d: %s raises fragmentation by %g; the search found %g", step, devicesOf(a), got, best)
 		}
 		checked++
@@ -401,7 +401,7 @@ func fragDelta(s *State, h *Host, before, after *overlay) float64 {
 	var sb, sa fragSpans
 	b := buildView(s, h, before, &c.classes, nil, nil, &sb)
 	a := buildView(s, h, after, &c.classes, nil, nil, &sa)
-	return fragRound(c.work.fragOf(a, &sa) - c.work.fragOf(b, &sb))
+	return fragRound(c.work.fragBoth(a, &sa).frag - c.work.fragBoth(b, &sb).frag)
 }
 
 // TestStatsAndPlacementMeasureAgree: the fragmentation the statistics
