@@ -191,6 +191,11 @@ func fragRankLess(a, b fragRank) bool {
 	return a.gen < b.gen
 }
 
+// ties reports whether a and b score alike, whatever their groups.
+func (a fragRank) ties(b fragRank) bool {
+	return a.grid == b.grid && a.singleGrid == b.singleGrid && a.free == b.free && a.left == b.left
+}
+
 func (sc *fragScore) rank(id int32, gen uint32) fragRank {
 	return fragRank{grid: onFragGrid(sc.delta), singleGrid: onFragGrid(sc.single), free: sc.free, left: sc.left, id: id, gen: gen}
 }

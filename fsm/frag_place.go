@@ -27,7 +27,8 @@ func (leastFragmenting) place(s *State, q *query) *placement {
 			if g == nil {
 				return true
 			}
-			if best != nil && (e.grid != bestRank.grid || e.free != bestRank.free || e.left != bestRank.left) {
+			// Groups that tie on every score go to the lowest host ID.
+			if best != nil && !e.ties(bestRank) {
 				return false
 			}
 			if id, _ := g.hosts.Min(); best == nil || id < host {

@@ -189,6 +189,23 @@ func TestFragmentationAwarePlacement(t *testing.T) {
 			want: map[Policy]string{FragmentationAware: "h1: h1-g1 h1-cpu", BestFit: "h2: h2-g1 h2-cpu"},
 		},
 		{
+			// The same placement as above, but h1 and h2 now also keep the
+			// same free GPU and the same share of their CPU free (2/3 of
+			// 12 and of 18 cores), so only FGD's single-copy test tells
+			// them apart: h1 is first by name, h2 by the measure.
+			name: "the single-copy test decides where packing ties",
+			hosts: []*RegisterHost{
+				host("h1", fragCPU("h1-cpu", 12000), fragGPU("h1-g1", "A")),
+				host("h2", fragCPU("h2-cpu", 18000), fragGPU("h2-g1", "A")),
+			},
+			typical: []fragTyped{
+				{fragTask(1, 250, "", 8000), 21}, {fragTask(0, 0, "", 8000), 7}, {fragTask(1, 250, "", 12000), 3},
+			},
+			setup: []fragSetup{{fragTask(0, 0, "", 2000), "h2-cpu"}},
+			req:   fragTask(1, 250, "", 4000),
+			want:  map[Policy]string{FragmentationAware: "h2: h2-g1 h2-cpu"},
+		},
+		{
 			// Any-model GPU: the model-B GPU, which the typical tasks
 			// (model A only) cannot use anyway.
 			name:    "keeps the model typical tasks need",
