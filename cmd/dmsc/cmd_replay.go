@@ -125,6 +125,19 @@ Usage: dmsc replay [options]
   -limit=<n>
       Use only the first n tasks of the trace. Default 0: all.
 
+  -vary=<kind=percent>
+      fgd protocol: replay a pod list derived from -pods, as the openb
+      variants were derived from the default list, to test a policy on
+      a sampling of the trace it was never tuned on. gpushare=P: tasks
+      with a share of one GPU carry P % of the GPU request (GPU tasks
+      redrawn from the list's, with replacement); multigpu=P: the same
+      for tasks of two GPUs or more; gpuspec=P: P % of the GPU tasks
+      bound to GPU models, the constraints drawn from those of the list
+      (give a list that has some, e.g. openb_pod_list_gpuspec10.csv);
+      cpu=P: CPU-only tasks are P % of the tasks. The draw is seeded
+      by -vary-seed (default 1); the fgd seeds then shuffle and sample
+      the derived list as any other.
+
   -speedup=<x>, -timeout=<duration>, -samples=<n>
       Timeline protocol: time compression, queue timeout (replay time;
       0 refuses at once) and utilisation samples. Defaults 1, 1h, 20.
@@ -191,6 +204,8 @@ func (c *replayCommand) Run(args []string) int {
 		quick, tenants, gangs                                bool
 		storage                                              string
 		halfLife                                             time.Duration
+		varyFlag                                             string
+		varySeed                                             int64
 	)
 	fs.StringVar(&protocol, "protocol", "fgd", "")
 	fs.StringVar(&traceName, "trace", "openb", "")
@@ -213,6 +228,8 @@ func (c *replayCommand) Run(args []string) int {
 	fs.BoolVar(&tenants, "tenants", false, "")
 	fs.BoolVar(&gangs, "gangs", false, "")
 	fs.DurationVar(&halfLife, "half-life", 24*time.Hour, "")
+	fs.StringVar(&varyFlag, "vary", "", "")
+	fs.Int64Var(&varySeed, "vary-seed", 1, "")
 	if _, ok := c.parse(fs, args); !ok {
 		return exitUsage
 	}
@@ -283,6 +300,8 @@ func (c *replayCommand) Run(args []string) int {
 		return c.usageError("replay", "-tenants and -gangs replay -trace philly in process (no -local or -address)")
 	case tenants && gangs:
 		return c.usageError("replay", "-tenants and -gangs are two reports: give one")
+	case (varyFlag != "" || set["vary-seed"]) && (protocol != "fgd" || traceName != "openb"):
+		return c.usageError("replay", "-vary derives an openb pod list for -protocol fgd")
 	case halfLife <= 0 || halfLife > fsm.MaxDuration:
 		return c.usageError("replay", "-half-life %v out of (0, %v]", halfLife, fsm.MaxDuration)
 	}
@@ -341,6 +360,16 @@ func (c *replayCommand) Run(args []string) int {
 		fmt.Fprintf(progress, "replay: %s not found: using the built-in openb sample (all GPU hosts, first 1000 pods)\n", in.Missing)
 	}
 	nodes, tasks := in.Nodes, in.Tasks
+	if varyFlag != "" {
+		v, err := replay.ParseVariation(varyFlag)
+		if err != nil {
+			return c.usageError("replay", "-vary: %v", err)
+		}
+		if tasks, err = replay.Vary(tasks, v, varySeed); err != nil {
+			return c.usageError("replay", "-vary: %v", err)
+		}
+		in.Source = fmt.Sprintf("%s, %s (seed %d)", in.Source, v, varySeed)
+	}
 	if limit > 0 && limit < len(tasks) {
 		tasks = tasks[:limit]
 	}
@@ -355,7 +384,7 @@ func (c *replayCommand) Run(args []string) int {
 			map[string]any{"trace": "openb", "source": in.Source})
 	}
 	// The paper's figures are for the whole default pod list only.
-	paper := strings.Contains(filepath.Base(in.Source), "openb_pod_list_default") && limit == 0 && hosts == 0
+	paper := strings.Contains(filepath.Base(in.Source), "openb_pod_list_default") && limit == 0 && hosts == 0 && varyFlag == ""
 	return c.fgd(ctx, progress, runner, nodes, tasks, policies, seeds, fgdOutput{source: in.Source, seeds: seedsFlag, plot: plotFlag, paper: paper})
 }
 

@@ -37,6 +37,9 @@ func TestReplayUsageErrors(t *testing.T) {
 		{"-protocol", "timeline", "-tenants"}, // tenants: the philly trace only
 		{"-protocol", "timeline", "-trace", "philly", "-tenants", "-half-life", "0s"},
 		{"-local", "1", "-local-storage", "tape"},
+		{"-protocol", "timeline", "-vary", "gpushare=60"}, // -vary: the fgd protocol only
+		{"-vary", "gpushare"},
+		{"-quick", "-vary", "gpuspec=20"}, // the default list binds no task to a model
 		{"extra"},
 	} {
 		ui := cli.NewMockUi()
@@ -70,6 +73,14 @@ func TestParsePolicies(t *testing.T) {
 	}
 	if all, _ := parsePolicies("all"); len(all) != len(fsm.Policies) {
 		t.Fatalf("all = %v", all)
+	}
+}
+
+// TestReplayVary replays a pod list derived from the sample and says so.
+func TestReplayVary(t *testing.T) {
+	out, _ := replayJSON(t, "-protocol", "fgd", "-quick", "-hosts", "20", "-limit", "300", "-policy", "BestFit", "-vary", "gpushare=60", "-vary-seed", "3")
+	if src, _ := out["source"].(string); !strings.HasSuffix(src, ", gpushare=60 (seed 3)") {
+		t.Fatalf("source %q does not name the variation", src)
 	}
 }
 
