@@ -305,6 +305,12 @@ func (c *replayCommand) Run(args []string) int {
 	case halfLife <= 0 || halfLife > fsm.MaxDuration:
 		return c.usageError("replay", "-half-life %v out of (0, %v]", halfLife, fsm.MaxDuration)
 	}
+	var vary replay.Variation
+	if varyFlag != "" {
+		if vary, err = replay.ParseVariation(varyFlag); err != nil {
+			return c.usageError("replay", "-vary: %v", err)
+		}
+	}
 	if replotPath != "" {
 		if plotFlag == "" {
 			return c.usageError("replay", "-replot needs -plot")
@@ -361,14 +367,10 @@ func (c *replayCommand) Run(args []string) int {
 	}
 	nodes, tasks := in.Nodes, in.Tasks
 	if varyFlag != "" {
-		v, err := replay.ParseVariation(varyFlag)
-		if err != nil {
+		if tasks, err = replay.Vary(tasks, vary, varySeed); err != nil {
 			return c.usageError("replay", "-vary: %v", err)
 		}
-		if tasks, err = replay.Vary(tasks, v, varySeed); err != nil {
-			return c.usageError("replay", "-vary: %v", err)
-		}
-		in.Source = fmt.Sprintf("%s, %s (seed %d)", in.Source, v, varySeed)
+		in.Source = fmt.Sprintf("%s, %s (seed %d)", in.Source, vary, varySeed)
 	}
 	if limit > 0 && limit < len(tasks) {
 		tasks = tasks[:limit]
