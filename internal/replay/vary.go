@@ -45,9 +45,7 @@ func ParseVariation(s string) (Variation, error) {
 	if err != nil || p <= 0 || p >= 100 {
 		return Variation{}, fmt.Errorf("%w: %q: the percent must be a number above 0 and below 100", ErrVariation, s)
 	}
-	switch kind {
-	case "gpushare", "multigpu", "gpuspec", "cpu":
-	default:
+	if varyBy[kind] == nil {
 		return Variation{}, fmt.Errorf("%w: kind %q: want gpushare, multigpu, gpuspec or cpu", ErrVariation, kind)
 	}
 	return Variation{Kind: kind, Percent: p}, nil
@@ -71,21 +69,11 @@ func ParseVariation(s string) (Variation, error) {
 //
 // The tasks are renamed vary-0000, vary-0001, ... in their new order.
 func Vary(tasks []trace.Task, v Variation, seed int64) ([]trace.Task, error) {
-	rng := rand.New(rand.NewSource(seed))
-	var out []trace.Task
-	var err error
-	switch v.Kind {
-	case "gpushare":
-		out, err = drawGPU(tasks, v, rng, func(t trace.Task) bool { return t.NumGPU == 1 && t.GPUMilli < MilliPerGPU })
-	case "multigpu":
-		out, err = drawGPU(tasks, v, rng, func(t trace.Task) bool { return t.NumGPU > 1 })
-	case "gpuspec":
-		out, err = bindModels(tasks, v, rng)
-	case "cpu":
-		out, err = drawCPUOnly(tasks, v, rng)
-	default:
-		err = fmt.Errorf("%w: kind %q", ErrVariation, v.Kind)
+	vary := varyBy[v.Kind]
+	if vary == nil {
+		return nil, fmt.Errorf("%w: kind %q", ErrVariation, v.Kind)
 	}
+	out, err := vary(tasks, v, rand.New(rand.NewSource(seed)))
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +81,18 @@ func Vary(tasks []trace.Task, v Variation, seed int64) ([]trace.Task, error) {
 		out[i].Name = fmt.Sprintf("vary-%04d", i)
 	}
 	return out, nil
+}
+
+// varyBy derives a list by each kind of Variation.
+var varyBy = map[string]func([]trace.Task, Variation, *rand.Rand) ([]trace.Task, error){
+	"gpushare": func(ts []trace.Task, v Variation, rng *rand.Rand) ([]trace.Task, error) {
+		return drawGPU(ts, v, rng, func(t trace.Task) bool { return t.NumGPU == 1 && t.GPUMilli < MilliPerGPU })
+	},
+	"multigpu": func(ts []trace.Task, v Variation, rng *rand.Rand) ([]trace.Task, error) {
+		return drawGPU(ts, v, rng, func(t trace.Task) bool { return t.NumGPU > 1 })
+	},
+	"gpuspec": bindModels,
+	"cpu":     drawCPUOnly,
 }
 
 // drawGPU keeps the CPU-only tasks in place and redraws each GPU task
