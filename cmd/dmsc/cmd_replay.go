@@ -55,7 +55,12 @@ Usage: dmsc replay [options]
   cluster's GPUs, nothing ever released, a pod that fits nowhere
   dropped. It prints the allocated GPU % at 100 % and 130 % arrived per
   policy and seed, and the mean per policy beside the paper's figure;
-  -json adds the whole curve (allocated % at arrived 0..130 %).
+  -json adds the whole curve (allocated % at arrived 0..130 %). It also
+  says where the GPU capacity left free at 130 % sits: on GPUs where no
+  task of the trace asks so little (SMALL), where the host lacks the CPU
+  or memory of every task the GPU could take (STARVED), or where some
+  task would fit (OPEN, with the largest share of the trace's tasks that
+  fits one such GPU).
 
   -protocol timeline submits each task at its arrival time and releases
   it when its duration is over (time divided by -speedup); a task that
@@ -435,15 +440,16 @@ func (c *replayCommand) fgd(ctx context.Context, progress io.Writer, runner repl
 	}
 	if c.json {
 		type runJSON struct {
-			Policy    fsm.Policy `json:"policy"`
-			Seed      int64      `json:"seed"`
-			At100     float64    `json:"at100"`
-			At130     float64    `json:"at130"`
-			Tasks     int        `json:"tasks"`
-			Placed    int        `json:"placed"`
-			ElapsedS  float64    `json:"elapsed_s"`
-			Curve     []float64  `json:"curve"`
-			GPUsTotal int        `json:"gpus"`
+			Policy    fsm.Policy       `json:"policy"`
+			Seed      int64            `json:"seed"`
+			At100     float64          `json:"at100"`
+			At130     float64          `json:"at130"`
+			Tasks     int              `json:"tasks"`
+			Placed    int              `json:"placed"`
+			ElapsedS  float64          `json:"elapsed_s"`
+			Curve     []float64        `json:"curve"`
+			GPUsTotal int              `json:"gpus"`
+			Leftover  *replay.Leftover `json:"leftover,omitempty"`
 		}
 		js := struct {
 			Protocol string             `json:"protocol"`
@@ -456,7 +462,7 @@ func (c *replayCommand) fgd(ctx context.Context, progress io.Writer, runner repl
 			Means    []replay.MeanCurve `json:"means"`
 		}{Protocol: "fgd", Trace: "openb", Source: out.source, Nodes: len(nodes), Pods: len(tasks), Seeds: seeds, Means: means}
 		for _, r := range results {
-			js.Runs = append(js.Runs, runJSON{r.Policy, r.Seed, r.At100, r.At130, r.Tasks, r.Placed, r.Elapsed.Seconds(), r.Curve, r.GPUs})
+			js.Runs = append(js.Runs, runJSON{r.Policy, r.Seed, r.At100, r.At130, r.Tasks, r.Placed, r.Elapsed.Seconds(), r.Curve, r.GPUs, r.Leftover})
 		}
 		c.printJSON(js)
 		return status
@@ -474,6 +480,19 @@ func (c *replayCommand) fgd(ctx context.Context, progress io.Writer, runner repl
 	}
 	c.output("\nmean over seeds " + out.seeds + ":")
 	c.output(table([]string{"POLICY", "ALLOC@100%", "ALLOC@130%", "MIN@130%", "MAX@130%", "PAPER@130%"}, rows))
+	rows = rows[:0]
+	for _, m := range means {
+		if l := m.Leftover; l != nil {
+			rows = append(rows, []string{string(m.Policy), fmt.Sprintf("%.2f", l.Small), fmt.Sprintf("%.2f", l.Starved), fmt.Sprintf("%.2f", l.Open),
+				fmt.Sprintf("%.1f", l.OpenFit), fmt.Sprintf("%.2f", l.Small+l.Starved+l.Open)})
+		}
+	}
+	if len(rows) > 0 {
+		c.output("\nGPU capacity left free at 130 %, % of the cluster's (mean): SMALL where no task asks so little,\n" +
+			"STARVED where the host lacks CPU or memory for every task that fits the GPU, OPEN where a task\n" +
+			"would fit (OPEN FIT: at most this % of the trace's tasks, on any one GPU):")
+		c.output(table([]string{"POLICY", "SMALL", "STARVED", "OPEN", "OPEN FIT", "FREE"}, rows))
+	}
 	return status
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -101,10 +102,12 @@ func TestReplayQuickJSON(t *testing.T) {
 			At100, At130  float64
 			Tasks, Placed int
 			Curve         []float64
+			Leftover      *struct{ Small, Starved, Open float64 }
 		}
 		Means []struct {
-			Policy string
-			At130  float64
+			Policy   string
+			At130    float64
+			Leftover *struct{ Open float64 }
 		}
 	}
 	if err := json.Unmarshal(ui.OutputWriter.Bytes(), &out); err != nil {
@@ -114,7 +117,10 @@ func TestReplayQuickJSON(t *testing.T) {
 		out.Runs[0].At130 < 50 || out.Runs[0].At130 > 100 || out.Runs[0].At100 > out.Runs[0].At130 {
 		t.Fatalf("implausible runs %+v", out.Runs)
 	}
-	if len(out.Means) != 1 || out.Means[0].At130 != out.Runs[0].At130 {
+	if l := out.Runs[0].Leftover; l == nil || math.Abs(l.Small+l.Starved+l.Open-(100-out.Runs[0].At130)) > 1e-6 {
+		t.Fatalf("leftover %+v: not what the run left free", l)
+	}
+	if len(out.Means) != 1 || out.Means[0].At130 != out.Runs[0].At130 || out.Means[0].Leftover == nil || out.Means[0].Leftover.Open != out.Runs[0].Leftover.Open {
 		t.Fatalf("means %+v", out.Means)
 	}
 	// The saved JSON draws the same plot again.

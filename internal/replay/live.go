@@ -387,3 +387,20 @@ func (lt *liveTarget) cleanup() error {
 	}
 	return nil
 }
+
+// leftHosts reads the run's devices, no older than its last write.
+func (lt *liveTarget) leftHosts(ctx context.Context) ([]leftHost, error) {
+	octx, cancel := lt.op(ctx)
+	defer cancel()
+	list, _, err := lt.lv.Client.Devices(octx, &client.DeviceFilter{Pool: lt.lv.Name}, lt.after())
+	if err != nil {
+		return nil, fmt.Errorf("list the devices of pool %s: %w", lt.lv.Name, err)
+	}
+	devs := make([]leftDevice, len(list))
+	for i, d := range list {
+		caps, used := d.Capabilities.Resources, d.Used
+		devs[i] = leftDevice{host: d.Host, typ: fsm.DeviceType(d.Type), model: d.Capabilities.Custom[GPUModelKey],
+			free: fsm.Resources{ComputeUnits: caps.ComputeUnits - used.ComputeUnits, MemoryGB: caps.MemoryGB - used.MemoryGB}}
+	}
+	return hostsOf(devs), nil
+}

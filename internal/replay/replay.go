@@ -125,6 +125,9 @@ type Result struct {
 	Tasks, Placed int
 	// GPUs is the cluster's GPU count.
 	GPUs int
+	// Leftover says what could still use the GPU capacity left free when
+	// the arrived demand reached 130 % (or at the end, if it never did).
+	Leftover *Leftover
 	// Elapsed is the wall time of the replay (loading the hosts included,
 	// reading the files not).
 	Elapsed time.Duration
@@ -271,12 +274,23 @@ func protocol(ctx context.Context, tg protocolTarget, nodes []trace.Node, tasks 
 		for len(res.Curve) <= CurveMax && 100*arrived >= int64(len(res.Curve))*capacity {
 			res.Curve = append(res.Curve, pct(allocated))
 		}
+		if len(res.Curve) > CurveMax && res.Leftover == nil {
+			if res.Leftover, err = leftoverNow(ctx, tg, tasks, capacity); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if progress != nil {
 		progress(len(work), len(work))
 	}
 	for len(res.Curve) <= CurveMax {
 		res.Curve = append(res.Curve, pct(allocated))
+	}
+	if res.Leftover == nil {
+		var err error
+		if res.Leftover, err = leftoverNow(ctx, tg, tasks, capacity); err != nil {
+			return nil, err
+		}
 	}
 	res.At100, res.At130 = res.Curve[100], res.Curve[CurveMax]
 	res.Elapsed = time.Since(start)

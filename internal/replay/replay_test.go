@@ -3,6 +3,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -186,10 +187,15 @@ func TestProtocolCurve(t *testing.T) {
 		{Name: "cpu", CPUMilli: 6000, MemoryMiB: 8192},
 		{Name: "t4", CPUMilli: 1000, MemoryMiB: 1024, NumGPU: 1, GPUMilli: 250, GPUSpec: "T4"},
 	}
-	for _, pol := range []fsm.Policy{fsm.FirstFit, fsm.BestFit, fsm.FragmentationAware} {
+	for _, pol := range []fsm.Policy{fsm.FirstFit, fsm.BestFit, fsm.FragmentationAware, PaperFGD} {
 		res, err := Protocol(nodes, tasks, pol, 7)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// What is left free is what was not allocated, in one class or
+		// another.
+		if l := res.Leftover; l == nil || math.Abs(l.Small+l.Starved+l.Open-(100-res.At130)) > 1e-9 || l.Open > 0 && l.OpenFit <= 0 {
+			t.Fatalf("%s: leftover %+v with %.2f%% allocated", pol, res.Leftover, res.At130)
 		}
 		if len(res.Curve) != CurveMax+1 || res.At100 != res.Curve[100] || res.At130 != res.Curve[CurveMax] || res.GPUs != 6 {
 			t.Fatalf("%s: result %+v", pol, res)

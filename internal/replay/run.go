@@ -302,6 +302,9 @@ type MeanCurve struct {
 	// Paper is the paper's figure for the matching policy, "" if none.
 	Paper string    `json:"paper_at130,omitempty"`
 	Curve []float64 `json:"curve"`
+	// Leftover is the runs' mean (OpenFit: the largest); nil when a run
+	// has none.
+	Leftover *Leftover `json:"leftover,omitempty"`
 }
 
 // PaperFigures are the FGD paper's allocated % at 130 % arrived, on the
@@ -315,6 +318,8 @@ func MeanCurves(policies []fsm.Policy, results []*Result) []MeanCurve {
 	var out []MeanCurve
 	for _, p := range policies {
 		m := MeanCurve{Policy: p, Paper: PaperFigures[p], Min130: 101}
+		var left Leftover
+		leftAll := true
 		for _, r := range results {
 			if r.Policy != p {
 				continue
@@ -328,6 +333,11 @@ func MeanCurves(policies []fsm.Policy, results []*Result) []MeanCurve {
 			m.Runs++
 			m.Min130 = min(m.Min130, r.At130)
 			m.Max130 = max(m.Max130, r.At130)
+			if r.Leftover == nil {
+				leftAll = false
+			} else {
+				left.add(*r.Leftover, 1)
+			}
 		}
 		if m.Runs == 0 {
 			continue
@@ -336,6 +346,10 @@ func MeanCurves(policies []fsm.Policy, results []*Result) []MeanCurve {
 			m.Curve[i] /= float64(m.Runs)
 		}
 		m.At100, m.At130 = m.Curve[100], m.Curve[CurveMax]
+		if leftAll {
+			m.Leftover = &Leftover{}
+			m.Leftover.add(left, 1/float64(m.Runs))
+		}
 		out = append(out, m)
 	}
 	return out

@@ -221,8 +221,8 @@ func TestMeanCurves(t *testing.T) {
 		return c
 	}
 	results := []*Result{
-		{Policy: fsm.BestFit, Seed: 1, Curve: curve(80), At130: 80},
-		{Policy: fsm.BestFit, Seed: 2, Curve: curve(90), At130: 90},
+		{Policy: fsm.BestFit, Seed: 1, Curve: curve(80), At130: 80, Leftover: &Leftover{Small: 2, Starved: 8, Open: 10, OpenFit: 1}},
+		{Policy: fsm.BestFit, Seed: 2, Curve: curve(90), At130: 90, Leftover: &Leftover{Small: 1, Starved: 3, Open: 6, OpenFit: 3}},
 		{Policy: fsm.FirstFit, Seed: 1, Curve: curve(70), At130: 70},
 	}
 	got := MeanCurves([]fsm.Policy{fsm.FirstFit, fsm.WorstFit, fsm.BestFit}, results)
@@ -233,7 +233,11 @@ func TestMeanCurves(t *testing.T) {
 	if bf.Runs != 2 || bf.At100 != 85 || bf.At130 != 85 || bf.Min130 != 80 || bf.Max130 != 90 || bf.Paper != PaperFigures[fsm.BestFit] {
 		t.Errorf("BestFit mean %+v", bf)
 	}
-	if ff := got[0]; ff.Runs != 1 || ff.At130 != 70 || ff.Min130 != 70 || ff.Max130 != 70 || ff.Paper != "" {
+	// Capacities averaged, OpenFit the largest.
+	if l := bf.Leftover; l == nil || *l != (Leftover{Small: 1.5, Starved: 5.5, Open: 8, OpenFit: 3}) {
+		t.Errorf("BestFit leftover %+v", bf.Leftover)
+	}
+	if ff := got[0]; ff.Runs != 1 || ff.At130 != 70 || ff.Min130 != 70 || ff.Max130 != 70 || ff.Paper != "" || ff.Leftover != nil {
 		t.Errorf("FirstFit mean %+v", ff)
 	}
 }
