@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"math"
-	"slices"
 
 	"github.com/dmsc/dmsc/fsm"
 	"github.com/dmsc/dmsc/internal/trace"
@@ -180,7 +179,7 @@ func (p *inProcess) leftHosts(context.Context) ([]leftHost, error) {
 func (p *paperTarget) leftHosts(context.Context) ([]leftHost, error) {
 	hosts := make([]leftHost, len(p.hosts))
 	for i, h := range p.hosts {
-		hosts[i] = leftHost{cpu: h.cpu, mem: h.mem, model: h.model, gpus: slices.Clone(h.left)}
+		hosts[i] = leftHost{cpu: h.cpu, mem: h.mem, model: h.model, gpus: h.left}
 	}
 	return hosts, nil
 }

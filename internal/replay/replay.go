@@ -256,6 +256,13 @@ func protocol(ctx context.Context, tg protocolTarget, nodes []trace.Node, tasks 
 	res := &Result{Policy: pol, Seed: seed, GPUs: int(capacity / MilliPerGPU), Curve: make([]float64, 0, CurveMax+1)}
 	var arrived, allocated int64
 	pct := func(x int64) float64 { return 100 * float64(x) / float64(capacity) }
+	// takeLeftover reads the leftover once, when the curve reaches 130 %.
+	takeLeftover := func() (err error) {
+		if len(res.Curve) > CurveMax && res.Leftover == nil {
+			res.Leftover, err = leftoverNow(ctx, tg, tasks, capacity)
+		}
+		return err
+	}
 	for i, t := range work {
 		if progress != nil && i%100 == 0 {
 			progress(i, len(work))
@@ -274,10 +281,8 @@ func protocol(ctx context.Context, tg protocolTarget, nodes []trace.Node, tasks 
 		for len(res.Curve) <= CurveMax && 100*arrived >= int64(len(res.Curve))*capacity {
 			res.Curve = append(res.Curve, pct(allocated))
 		}
-		if len(res.Curve) > CurveMax && res.Leftover == nil {
-			if res.Leftover, err = leftoverNow(ctx, tg, tasks, capacity); err != nil {
-				return nil, err
-			}
+		if err := takeLeftover(); err != nil {
+			return nil, err
 		}
 	}
 	if progress != nil {
@@ -286,11 +291,8 @@ func protocol(ctx context.Context, tg protocolTarget, nodes []trace.Node, tasks 
 	for len(res.Curve) <= CurveMax {
 		res.Curve = append(res.Curve, pct(allocated))
 	}
-	if res.Leftover == nil {
-		var err error
-		if res.Leftover, err = leftoverNow(ctx, tg, tasks, capacity); err != nil {
-			return nil, err
-		}
+	if err := takeLeftover(); err != nil {
+		return nil, err
 	}
 	res.At100, res.At130 = res.Curve[100], res.Curve[CurveMax]
 	res.Elapsed = time.Since(start)
