@@ -57,6 +57,14 @@ func NewTLSRPCClient(dial DialFunc, t ClientTLS) *RPCClient {
 	return c
 }
 
+// maxIdleConnsPerPeer is how many connections to one peer are kept for
+// the next calls. Each call holds a connection, so a follower that
+// forwards n writes at once opens n; those beyond the idle bound are
+// closed after their call and dialled again for the next. It is as large
+// as the writes an agent's HTTP API lets in at once by default (512),
+// so that a busy follower reuses its connections to the leader.
+const maxIdleConnsPerPeer = 512
+
 // pool returns the HTTP client for calls whose peer must prove want.
 func (c *RPCClient) pool(want certs.Identity) *http.Client {
 	if c.tls == nil {
@@ -69,7 +77,7 @@ func (c *RPCClient) pool(want certs.Identity) *http.Client {
 	}
 	tr := &http.Transport{
 		DialContext:         c.dial,
-		MaxIdleConnsPerHost: 8,
+		MaxIdleConnsPerHost: maxIdleConnsPerPeer,
 		IdleConnTimeout:     60 * time.Second,
 		DisableCompression:  true,
 	}
