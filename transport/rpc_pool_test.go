@@ -49,26 +49,14 @@ func (g *gatedNode) RPCApply(ctx context.Context, req ApplyRequest) (ApplyRespon
 // per round.
 func TestRPCClientReusesConnectionsUnderLoad(t *testing.T) {
 	const calls, rounds = 64, 4
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	g := &gatedNode{n: calls}
-	srv := ServeRPC(context.Background(), ln, g, nil)
 	var dials atomic.Int64
 	d := &net.Dialer{Timeout: 2 * time.Second}
 	c := NewRPCClient(func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		return d.DialContext(ctx, network, addr)
 	})
-	t.Cleanup(func() {
-		c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	addr := serveWith(t, g, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	data, err := fsm.Encode(&fsm.Release{AllocationID: "a1"})
@@ -81,7 +69,7 @@ func TestRPCClientReusesConnectionsUnderLoad(t *testing.T) {
 		errs := make(chan error, calls)
 		for range calls {
 			wg.Go(func() {
-				if _, err := c.Apply(ctx, ln.Addr().String(), ApplyRequest{Command: data, LeaderOnly: true}); err != nil {
+				if _, err := c.Apply(ctx, addr, ApplyRequest{Command: data, LeaderOnly: true}); err != nil {
 					errs <- err
 				}
 			})

@@ -65,12 +65,19 @@ func (f *fakeNode) RPCRestore(ctx context.Context, r io.Reader) error {
 
 func serve(t *testing.T, h RPCHandler) (string, *RPCClient) {
 	t.Helper()
+	c := NewRPCClient(nil)
+	return serveWith(t, h, c), c
+}
+
+// serveWith serves h on a port of 127.0.0.1 and returns its address; the
+// cleanup closes c and shuts the server down.
+func serveWith(t *testing.T, h RPCHandler, c *RPCClient) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := ServeRPC(context.Background(), ln, h, nil)
-	c := NewRPCClient(nil)
 	t.Cleanup(func() {
 		c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -79,7 +86,7 @@ func serve(t *testing.T, h RPCHandler) (string, *RPCClient) {
 			t.Error(err)
 		}
 	})
-	return ln.Addr().String(), c
+	return ln.Addr().String()
 }
 
 func TestRPCRoundTrips(t *testing.T) {
