@@ -254,8 +254,8 @@ func (c *spawnedCluster) CPU() time.Duration {
 }
 
 // Profile saves, from every agent at once, a CPU profile over d and then
-// the block and mutex profiles accumulated so far, into dir as
-// <agent>-cpu.pprof, -block.pprof and -mutex.pprof.
+// the block, mutex and allocation profiles accumulated so far, into dir
+// as <agent>-cpu.pprof, -block.pprof, -mutex.pprof and -allocs.pprof.
 func (c *spawnedCluster) Profile(ctx context.Context, dir string, d time.Duration) error {
 	hc := &http.Client{}
 	if c.tls != (client.TLSConfig{}) {
@@ -273,7 +273,8 @@ func (c *spawnedCluster) Profile(ctx context.Context, dir string, d time.Duratio
 			errs[i] = errors.Join(
 				fetchTo(ctx, hc, a.http+"/debug/pprof/profile?seconds="+secs, filepath.Join(dir, a.name+"-cpu.pprof")),
 				fetchTo(ctx, hc, a.http+"/debug/pprof/block", filepath.Join(dir, a.name+"-block.pprof")),
-				fetchTo(ctx, hc, a.http+"/debug/pprof/mutex", filepath.Join(dir, a.name+"-mutex.pprof")))
+				fetchTo(ctx, hc, a.http+"/debug/pprof/mutex", filepath.Join(dir, a.name+"-mutex.pprof")),
+				fetchTo(ctx, hc, a.http+"/debug/pprof/allocs", filepath.Join(dir, a.name+"-allocs.pprof")))
 		})
 	}
 	wg.Wait()

@@ -87,8 +87,8 @@ Usage: dmsc bench [options]
 
   -profile=<dir>
       With -spawn: save each agent's CPU profile over the middle half of
-      the run, and its block and mutex profiles, into dir
-      (<agent>-cpu.pprof, -block.pprof, -mutex.pprof).
+      the run, and its block, mutex and allocation profiles, into dir
+      (<agent>-cpu.pprof, -block.pprof, -mutex.pprof, -allocs.pprof).
 
   -local=<n>
       Start a cluster of n servers in this process instead of using
