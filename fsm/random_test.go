@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,6 +120,9 @@ func TestRandomLog(t *testing.T) {
 				checked = true
 				if again, err := fsm.Encode(c); err != nil || !bytes.Equal(again, raw) {
 					fail(i, &st, "decode then encode changed the command: %v\n%s\n%s", err, raw, again)
+				}
+				if old, err := fsm.DecodeWithEncodingJSON(raw); err != nil || !reflect.DeepEqual(old, c) {
+					fail(i, &st, "encoding/json reads the entry otherwise: %v\n%#v\n%#v", err, old, c)
 				}
 			}
 			return c
