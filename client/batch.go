@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -173,7 +172,7 @@ func (b *batcher) answer(addr string, rq *request, res wire.BatchResult) (*answe
 		h.Set(wire.HeaderIndex, strconv.FormatUint(res.Index, 10))
 	}
 	if rq.out != nil {
-		if err := json.Unmarshal(res.Body, rq.out); err != nil {
+		if err := unmarshal(res.Body, rq.out); err != nil {
 			return nil, fmt.Errorf("dmsc client: %s %s from %s: %w", rq.method, rq.path, addr, err)
 		}
 	}

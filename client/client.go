@@ -603,7 +603,7 @@ func (c *Client) once(ctx context.Context, addr string, rq *request) (ans *answe
 	case rq.stream != nil:
 		err = rq.stream(resp.Body)
 	case rq.out != nil:
-		err = json.NewDecoder(resp.Body).Decode(rq.out)
+		err = decode(resp.Body, rq.out)
 	default:
 		_, err = io.Copy(io.Discard, resp.Body)
 	}
@@ -658,7 +658,7 @@ func readAPIError(resp *http.Response, addr string) *APIError {
 func apiErrorOf(status int, data []byte, addr string) *APIError {
 	ae := &APIError{Status: status, Address: addr}
 	var env wire.ErrorResponse
-	if err := json.Unmarshal(data, &env); err == nil && env.Error.Code != "" {
+	if err := unmarshal(data, &env); err == nil && env.Error.Code != "" {
 		ae.Code, ae.Message, ae.Retryable = env.Error.Code, env.Error.Message, env.Error.Retryable
 		ae.WhyNot, ae.AllocationID, ae.RequestID = env.Error.WhyNot, env.Error.AllocationID, env.Error.RequestID
 		return ae

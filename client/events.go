@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -165,7 +164,7 @@ func readEvents(r io.Reader, idle *time.Timer, deliver func(wire.EventBatch) boo
 	for sc.Scan() {
 		idle.Reset(EventsIdleTimeout)
 		var b wire.EventBatch
-		if err := json.Unmarshal(sc.Bytes(), &b); err != nil {
+		if err := unmarshal(sc.Bytes(), &b); err != nil {
 			return &ConnError{Err: fmt.Errorf("event stream: %w", err)}
 		}
 		switch {
