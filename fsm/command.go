@@ -285,6 +285,11 @@ var decodeOptions = jsonv1.FormatDurationAsNano(true)
 // and FuzzDecode compare them), so servers of builds before and after this
 // decoder apply a log alike.
 func Decode(b []byte) (Command, error) {
+	return decodeWith(b, func(payload []byte, c any) error { return jsonv2.Unmarshal(payload, c, decodeOptions) })
+}
+
+// decodeWith reads a command with the given JSON decoder.
+func decodeWith(b []byte, unmarshal func([]byte, any) error) (Command, error) {
 	if len(b) == 0 {
 		return nil, errf(ErrInvalid, "empty command")
 	}
@@ -292,7 +297,7 @@ func Decode(b []byte) (Command, error) {
 	if c == nil {
 		return nil, &NeedsUpgradeError{Type: CommandType(b[0])}
 	}
-	if err := jsonv2.Unmarshal(b[1:], c, decodeOptions); err != nil {
+	if err := unmarshal(b[1:], c); err != nil {
 		return nil, errf(ErrInvalid, "decode command type %d: %v", b[0], err)
 	}
 	return c, nil
