@@ -42,9 +42,6 @@ func fuzzSeedCommands(p *populated) []fsm.Command {
 	}
 }
 
-// FuzzDecode decodes arbitrary bytes as a log entry; what decodes is
-// applied to a small populated state, which must hold together, and must
-// survive a snapshot and restore. Nothing may panic.
 // readAlike checks that Decode reads what Encode writes as encoding/json
 // does, on the command encoding/json reads from raw (if any) encoded
 // again: a log holds only Encode's output, and servers of builds before
@@ -69,6 +66,10 @@ func readAlike(t *testing.T, raw []byte) {
 	}
 }
 
+// FuzzDecode decodes arbitrary bytes as a log entry; what decodes is
+// applied to a small populated state, which must hold together, and must
+// survive a snapshot and restore. Nothing may panic, and Decode must read
+// Encode's output as encoding/json does (readAlike).
 func FuzzDecode(f *testing.F) {
 	seedState := newPopulated(f)
 	for _, c := range fuzzSeedCommands(seedState) {
