@@ -9,8 +9,8 @@ import (
 
 // asEncodingJSON makes the implementation of encoding/json/v2
 // (github.com/go-json-experiment/json) read JSON exactly as encoding/json
-// does. It reads the agents' answers in a third of encoding/json's time,
-// and a client busy with many requests spends much of its CPU there.
+// does, in half of encoding/json's time or less; a client busy with many
+// requests spends much of its CPU reading answers.
 var asEncodingJSON = jsonv1.DefaultOptionsV1()
 
 // unmarshal reads one JSON answer into out, as json.Unmarshal would.
