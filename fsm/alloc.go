@@ -378,10 +378,12 @@ func (s *State) kickQueueOnce() (preempted bool) {
 		p, over := s.placeInQuota(a, pc)
 		if p != nil {
 			s.activate(a, p)
+			s.gangLeftQueue(a)
 			return true
 		}
 		if s.preemptWaiting && over == "" && s.preemptFor(a, pc) {
 			preempted = true
+			s.gangLeftQueue(a)
 			return true
 		}
 		if over == "" {

@@ -23,7 +23,9 @@ import (
 // when its gang is placed or leaves the queue, when another gang comes
 // first in the queue for the type, or when one of its hosts can no longer
 // take work (down, drained, removed); settleReservations, run after every
-// command, then moves it. Reservations are kept on the allocation
+// command, then moves it. When a gang leaves the queue placed, the gang
+// next in line reserves before any request behind it is tried
+// (settleHeads, gangLeftQueue). Reservations are kept on the allocation
 // (Allocation.Reserved), so they travel in the snapshot; the map by host
 // is rebuilt on restore.
 
@@ -88,6 +90,24 @@ func (s *State) settleReservations() {
 		if len(s.reserving) == 0 && s.gangs.Len() == 0 && !s.reopened {
 			return
 		}
+		s.settleHeads()
+		if !s.reopened {
+			return
+		}
+		s.reopened = false
+		s.kickQueue()
+	}
+}
+
+// settleHeads ends the reservations of gangs that no longer come first or
+// whose hosts cannot take work, and reserves for each first gang without
+// one, placing it if it fits. A gang placed so makes the next in line
+// first: it reserves in turn before the queue is examined, so that a
+// reservation that passed to a gang ahead (of a higher priority) does not
+// open its hosts to the requests behind in between. Each pass that goes
+// on has placed a gang, so the passes end.
+func (s *State) settleHeads() {
+	for {
 		heads := map[DeviceType]*Allocation{}
 		s.gangs.Ascend(func(k queueKey) bool {
 			a := s.allocs[k.id]
@@ -102,31 +122,43 @@ func (s *State) settleReservations() {
 				s.unreserve(g)
 			}
 		}
+		placed := false
 		for _, t := range DeviceTypes {
 			if g := heads[t]; g != nil && len(g.Reserved) == 0 {
 				if hosts := s.planReservation(g); hosts != nil {
 					s.reserve(g, hosts)
-					s.tryReserved(g)
+					placed = s.tryReserved(g) || placed
 				}
 			}
 		}
-		if !s.reopened {
+		if !placed {
 			return
 		}
-		s.reopened = false
-		s.kickQueue()
+	}
+}
+
+// gangLeftQueue follows a placement from the queue: a gang placed may have
+// been the first of its type, holding a reservation, so the next in line
+// reserves (settleHeads) before the pass goes on to the requests behind.
+func (s *State) gangLeftQueue(a *Allocation) {
+	if a.Request.IsGang() {
+		s.settleHeads()
 	}
 }
 
 // tryReserved places gang g if it fits now that its reserved hosts come
-// first (with a quota, the placement first chosen may have been past it).
-func (s *State) tryReserved(g *Allocation) {
+// first (with a quota, the placement first chosen may have been past it),
+// and reports whether it did.
+func (s *State) tryReserved(g *Allocation) bool {
 	if g.Deadline <= s.now {
-		return
+		return false
 	}
-	if p, _ := s.placeInQuota(g, s.requestPolicy(&g.Request)); p != nil {
-		s.activate(g, p)
+	p, _ := s.placeInQuota(g, s.requestPolicy(&g.Request))
+	if p == nil {
+		return false
 	}
+	s.activate(g, p)
+	return true
 }
 
 // reservationHolds reports whether every host of g's reservation can still
