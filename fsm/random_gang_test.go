@@ -17,7 +17,8 @@ import (
 // reaches a gang reservation only a few times in 10,000 commands; here
 // each seed reserves capacity for waiting gangs and serves them from the
 // queue dozens of times, under every policy, with priorities (preemption
-// under PriorityBased), three namespaces and fair share on and off,
+// under PriorityBased), three namespaces with GPU quotas that may borrow
+// (and reclaim), fair share on and off,
 // timeouts, leases, releases, cancels, hosts that go down and come back,
 // and drains. After every command:
 //   - the state's invariants hold (CheckInvariants: no device over
@@ -28,11 +29,12 @@ import (
 //     waiting request surely fits now (for a gang: on free hosts not
 //     reserved for another gang), nothing waits past its deadline after a
 //     tick, every gang whole;
+//   - every allocation placed keeps its namespace within its quota, or
+//     borrows, and a reclaim's grace ends in time;
 //   - a host reserved for a gang before and after the command took no
-//     new work of the gang's type but from a gang ahead of it in the
-//     queue (which takes the reservation over), so the requests behind
-//     cannot starve the gang, not even for the moment a reservation
-//     passes to a gang ahead and back;
+//     new work of the gang's type from a request behind the gang in the
+//     queue, so those cannot starve it, not even for the moment a
+//     reservation passes to a gang ahead and back;
 //
 // and every 50 commands a replica that applied the same entries, decoded
 // from their bytes, writes the same snapshot.
@@ -161,8 +163,23 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 				c.Deadline = time.Duration(1+rng.Intn(120)) * time.Second
 			}
 			cmd, kind = c, "drain"
-		case r < 98:
+		case r < 97:
 			cmd, kind = setPolicy(), "set policy"
+		case r < 98:
+			// A GPU quota for a team, which may borrow past it.
+			q := fsm.Quota{Namespace: []string{"team-a", "team-b"}[rng.Intn(2)]}
+			if rng.Intn(4) > 0 {
+				limit := rng.Intn(25)
+				q.Limits = []fsm.QuotaLimit{{DeviceType: fsm.GPU, MaxCount: &limit}}
+				if rng.Intn(2) == 0 {
+					q.Borrow, q.ReclaimGrace = true, time.Duration(rng.Intn(3))*10*time.Second
+				}
+			}
+			if _, set := primary.QuotaOf(q.Namespace); len(q.Limits) == 0 && set {
+				cmd, kind = &fsm.SetQuota{Quota: q, Delete: true}, "quota"
+			} else if len(q.Limits) > 0 {
+				cmd, kind = &fsm.SetQuota{Quota: q}, "quota"
+			}
 		default:
 			c := &fsm.SetQueueConfig{PreemptWaiting: rng.Intn(2) == 0}
 			if rng.Intn(3) > 0 {
@@ -193,6 +210,12 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 		if err := view.reservationsKept(prev); err != nil {
 			fail("%v", err)
 		}
+		if err := view.checkQuotas(prev, primary); err != nil {
+			fail("quota: %v", err)
+		}
+		if err := view.checkReclaims(kind == "tick" && res.Err == nil); err != nil {
+			fail("reclaim: %v", err)
+		}
 		for _, k := range view.transitions(prev, primary) {
 			stats[k]++
 		}
@@ -220,8 +243,8 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 
 // reservationsKept checks that a host reserved for a waiting gang before a
 // command, and still reserved for it after, took no new allocation on a
-// device of the gang's type, but by a gang that comes before it in the
-// queue: a reservation holds the capacity it gathers.
+// device of the gang's type from a request that comes after the gang in
+// the queue: a reservation holds the capacity it gathers.
 func (v *publicView) reservationsKept(prev *publicView) error {
 	for _, h := range slices.Sorted(maps.Keys(prev.reserved)) {
 		g := prev.reserved[h]
@@ -241,9 +264,10 @@ func (v *publicView) reservationsKept(prev *publicView) error {
 				if before != nil && slices.Contains(before.Allocations, aid) {
 					continue
 				}
-				// A gang that comes before it in the queue (by priority,
-				// then arrival) takes the reservation, and may be placed.
-				if a := v.liveByID[aid]; a != nil && a.Request.IsGang() && a.Request.Claims[0].Type == d.Type &&
+				// A request that comes before it in the queue (by priority,
+				// then arrival) may take it: a gang takes the reservation
+				// over, and while it holds it the gang's hosts are open.
+				if a := v.liveByID[aid]; a != nil &&
 					(a.Request.Priority > g.Request.Priority || a.Request.Priority == g.Request.Priority && a.Seq < g.Seq) {
 					continue
 				}
