@@ -37,7 +37,8 @@ import (
 //     reservation passes to a gang ahead and back;
 //
 // and every 50 commands a replica that applied the same entries, decoded
-// from their bytes, writes the same snapshot.
+// from their bytes, writes the same snapshot; half way through, the
+// replica is replaced by one restored from the primary's snapshot.
 func TestGangRandom(t *testing.T) {
 	base := logSeed(t)
 	preempting := 0
@@ -223,8 +224,18 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 			stats["gang placed by preemption"]++
 		}
 		if i%50 == 49 || i == n-1 {
-			if !bytes.Equal(primary.SnapshotBytes(), replica.SnapshotBytes()) {
+			snap := primary.SnapshotBytes()
+			if !bytes.Equal(snap, replica.SnapshotBytes()) {
 				fail("the replicas' snapshots differ")
+			}
+			if i == n/2+49 {
+				// From here on the replica is one restored from the
+				// primary's snapshot (reservations rebuilt by host).
+				r, err := fsm.Restore(bytes.NewReader(snap))
+				if err != nil {
+					fail("restore: %v", err)
+				}
+				replica = r
 			}
 		}
 	}
