@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand"
@@ -29,6 +30,7 @@ import (
 //     waiting request surely fits now (for a gang: on free hosts not
 //     reserved for another gang), nothing waits past its deadline after a
 //     tick, every gang whole;
+//   - the events recorded make lifecycles that agree with the state;
 //   - every allocation placed keeps its namespace within its quota, or
 //     borrows, and a reclaim's grace ends in time;
 //   - a host reserved for a gang before and after the command took no
@@ -66,6 +68,8 @@ var gangLogHosts = []struct {
 func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 	rng := rand.New(rand.NewSource(seed))
 	primary, replica := fsm.New(), fsm.New()
+	primary.EnableEvents()
+	events := newEventCheck()
 	now := randomLogStart
 	idx := uint64(0)
 	stats := map[string]int{}
@@ -102,6 +106,7 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 		return &fsm.SetPolicy{DeviceType: fsm.GPU, Config: fsm.PolicyConfig{Policy: pol, PreemptionGap: []int{0, 10, 50}[rng.Intn(3)]}}
 	}
 	apply(setPolicy())
+	primary.TakeEvents() // the setup's; the lifecycles start after it
 	// Allocations of the view in the given statuses, in ID order.
 	pickLive := func(v *publicView, status fsm.AllocStatus) *fsm.Allocation {
 		var out []*fsm.Allocation
@@ -202,6 +207,10 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 		}
 		if err := primary.CheckInvariants(); err != nil {
 			fail("invariant violated: %v", err)
+		}
+		applied := res.Index == idx && (res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded))
+		if err := events.step(primary, idx, applied, primary.TakeEvents()); err != nil {
+			fail("events: %v", err)
 		}
 		prev := view
 		view = observe(primary)
