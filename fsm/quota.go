@@ -342,6 +342,9 @@ func (s *State) placeInQuota(a *Allocation, pc PolicyConfig) (*placement, string
 	}
 	p := s.place(r, pc, ownOverlay(a))
 	if p == nil {
+		p = s.placeAhead(a, pc)
+	}
+	if p == nil {
 		return nil, ""
 	}
 	if why := s.quotaExceeded(ns, r, p); why != "" {

@@ -43,7 +43,7 @@ func checkOutcome(st *step, res fsm.Result, v *publicView, s *fsm.State) (string
 		if a == nil || a.Status != fsm.Failed || a.WhyNot == nil {
 			return "", fmt.Errorf("refusal for capacity without a failed allocation and a why-not: %+v", a)
 		}
-		if h := v.fitHost(&c.Request, ""); h != "" {
+		if h := v.fitHost(a); h != "" {
 			return "", fmt.Errorf("refused for capacity, but host %s clearly has room: %s", h, res.Err)
 		}
 		return "outcome failed", nil
@@ -140,10 +140,17 @@ func observe(s *fsm.State) *publicView {
 	return v
 }
 
-// closedTo reports whether device d is reserved for a gang other than own.
-func (v *publicView) closedTo(d *fsm.Device, own string) bool {
+// closedTo reports whether device d is reserved for a gang other than
+// own: closed to the gang's own, to gangs and to the requests behind it in
+// the queue, open to a one-host request ahead of it (a higher priority,
+// or the same and earlier).
+func (v *publicView) closedTo(d *fsm.Device, own *fsm.Allocation) bool {
 	g := v.reserved[d.Host]
-	return g != nil && g.ID != own && g.Request.Claims[0].Type == d.Type
+	if g == nil || g.ID == own.ID || g.Request.Claims[0].Type != d.Type {
+		return false
+	}
+	ahead := own.Request.Priority > g.Request.Priority || own.Request.Priority == g.Request.Priority && own.Seq < g.Seq
+	return own.Request.IsGang() || !ahead
 }
 
 // transitions names what happened to the allocations that were live in prev.
@@ -248,7 +255,7 @@ func (v *publicView) check(afterTick bool) error {
 			// next tick times it out. One of a namespace with a quota may
 			// wait for the quota (checkQuotas checks what is placed).
 			if a.Deadline > v.now && !v.quotaNS[a.Namespace] {
-				if h := v.fitHost(&a.Request, a.ID); h != "" {
+				if h := v.fitHost(a); h != "" {
 					return fmt.Errorf("pending allocation %s (%+v) clearly fits on host %s now", a.ID, a.Request, h)
 				}
 			}
@@ -441,10 +448,12 @@ func clearlyFree(d *fsm.Device, r *fsm.Request, i int) bool {
 	return true
 }
 
-// fitHost returns a host on which the request surely fits now, or "". It
-// judges only requests whose claims are of different types (claims of one
-// type compete for devices, which this oracle does not model).
-func (v *publicView) fitHost(r *fsm.Request, own string) string {
+// fitHost returns a host on which allocation own's request surely fits
+// now, or "". It judges only requests whose claims are of different types
+// (claims of one type compete for devices, which this oracle does not
+// model).
+func (v *publicView) fitHost(own *fsm.Allocation) string {
+	r := &own.Request
 	types := map[fsm.DeviceType]bool{}
 	for _, c := range r.Claims {
 		if types[c.Type] || c.Topology != "" { // nor the links a claim requires
@@ -453,7 +462,7 @@ func (v *publicView) fitHost(r *fsm.Request, own string) string {
 		types[c.Type] = true
 	}
 	if r.IsGang() {
-		return v.fitGang(r, own)
+		return v.fitGang(own)
 	}
 	for _, h := range v.hosts {
 		if !h.Up || h.Drain != nil || r.Host != "" && h.ID != r.Host {
@@ -479,11 +488,12 @@ func (v *publicView) fitHost(r *fsm.Request, own string) string {
 	return ""
 }
 
-// fitGang returns the hosts, joined, on which a one-claim gang surely fits
-// now, or "": in one domain, j ≤ MaxHosts hosts with the most clearly
-// free devices (at least MinPerHost each) have its count together, and j
-// times MinPerHost is at most its count.
-func (v *publicView) fitGang(r *fsm.Request, own string) string {
+// fitGang returns the hosts, joined, on which own, a one-claim gang,
+// surely fits now, or "": in one domain, j ≤ MaxHosts hosts with the most
+// clearly free devices (at least MinPerHost each) have its count
+// together, and j times MinPerHost is at most its count.
+func (v *publicView) fitGang(own *fsm.Allocation) string {
+	r := &own.Request
 	if len(r.Claims) != 1 {
 		return ""
 	}

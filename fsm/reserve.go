@@ -10,10 +10,12 @@ import (
 // goes to the small requests that fit at once. So the first waiting gang
 // of each device type (the type of its first claim), in queue order,
 // holds a reservation: the hosts it will run on. Their devices of that
-// type are closed to every other request (open, reservedAgainst), with
-// the reason "reserved for a waiting gang", and stay open to the gang
-// itself (overlay.own), so as they free the gang gathers them and is
-// placed by the queue pass that frees the last one it needs.
+// type are closed to the requests behind it in the queue (open,
+// reservedAgainst), with the reason "reserved for a waiting gang", and
+// stay open to the gang itself (overlay.own), so as they free the gang
+// gathers them and is placed by the queue pass that frees the last one it
+// needs. A one-host request ahead of it takes them when it fits nowhere
+// else (placeAhead).
 //
 // The hosts are chosen once, and kept while the gang waits, so that a
 // reservation does not wander off the hosts that are about to free: a
@@ -48,6 +50,54 @@ func (s *State) reservedAgainst(d *Device, ov *overlay) bool {
 func (s *State) open(d *Device, ov *overlay) bool {
 	h := s.hosts[d.Host]
 	return h != nil && h.Schedulable() && d.Status == Available && !s.reservedAgainst(d, ov)
+}
+
+// placeAhead places a one-host request on the hosts reserved for gangs it
+// comes before in the queue (a higher priority, or the same and earlier),
+// when it fits nowhere else: a reservation holds capacity against the
+// requests behind its gang, not against those ahead, as Slurm's backfill
+// plans a job of a higher priority first. The reservations stay; their
+// gangs wait for the devices to free again. nil when it fits there either.
+func (s *State) placeAhead(a *Allocation, pc PolicyConfig) *placement {
+	if len(s.reserving) == 0 || a.Request.IsGang() {
+		return nil
+	}
+	var ahead []*Allocation
+	for _, id := range sortedKeys(s.reserving) {
+		g := s.reserving[id]
+		t := g.Request.Claims[0].Type
+		if queueKeyLess(queueKeyOf(a), queueKeyOf(g)) && slices.ContainsFunc(a.Request.Claims, func(c Claim) bool { return c.Type == t }) {
+			ahead = append(ahead, g)
+		}
+	}
+	if len(ahead) == 0 {
+		return nil
+	}
+	for _, g := range ahead {
+		s.setReservedHosts(g, false)
+	}
+	p := s.place(&a.Request, pc, nil)
+	for _, g := range ahead {
+		s.setReservedHosts(g, true)
+	}
+	return p
+}
+
+// setReservedHosts closes (on) or opens g's reserved hosts to other
+// requests, leaving the reservation itself as it is.
+func (s *State) setReservedHosts(g *Allocation, on bool) {
+	t := g.Request.Claims[0].Type
+	for _, id := range g.Reserved {
+		h := s.hosts[id]
+		if h == nil {
+			continue
+		}
+		if on {
+			s.changeTypeOn(h, t, func() { s.reserved[id] = g })
+		} else if s.reserved[id] == g {
+			s.changeTypeOn(h, t, func() { delete(s.reserved, id) })
+		}
+	}
 }
 
 // ownOverlay is the overlay a waiting allocation is placed with: its
