@@ -107,7 +107,8 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 	}
 	apply(setPolicy())
 	primary.TakeEvents() // the setup's; the lifecycles start after it
-	// Allocations of the view in the given statuses, in ID order.
+	// pickLive draws one of the view's live allocations in the given
+	// status, nil when there is none.
 	pickLive := func(v *publicView, status fsm.AllocStatus) *fsm.Allocation {
 		var out []*fsm.Allocation
 		for _, a := range v.live {

@@ -57,27 +57,28 @@ func (s *State) open(d *Device, ov *overlay) bool {
 // when it fits nowhere else: a reservation holds capacity against the
 // requests behind its gang, not against those ahead, as Slurm's backfill
 // plans a job of a higher priority first. The reservations stay; their
-// gangs wait for the devices to free again. nil when it fits there either.
+// gangs wait for the devices to free again. nil when the request does not
+// fit there either.
 func (s *State) placeAhead(a *Allocation, pc PolicyConfig) *placement {
 	if len(s.reserving) == 0 || a.Request.IsGang() {
 		return nil
 	}
-	var ahead []*Allocation
+	var behind []*Allocation // the reserving gangs a comes before
 	for _, id := range sortedKeys(s.reserving) {
 		g := s.reserving[id]
 		t := g.Request.Claims[0].Type
 		if queueKeyLess(queueKeyOf(a), queueKeyOf(g)) && slices.ContainsFunc(a.Request.Claims, func(c Claim) bool { return c.Type == t }) {
-			ahead = append(ahead, g)
+			behind = append(behind, g)
 		}
 	}
-	if len(ahead) == 0 {
+	if len(behind) == 0 {
 		return nil
 	}
-	for _, g := range ahead {
+	for _, g := range behind {
 		s.setReservedHosts(g, false)
 	}
 	p := s.place(&a.Request, pc, nil)
-	for _, g := range ahead {
+	for _, g := range behind {
 		s.setReservedHosts(g, true)
 	}
 	return p
