@@ -147,12 +147,14 @@ func (s *State) allocate(idx uint64, c *Allocate) Result {
 	return Result{Allocation: a.clone()}
 }
 
-// whyNot explains why a cannot be placed now.
-func (s *State) whyNot(a *Allocation) *WhyNot {
+// whyNot explains why a cannot be placed now; the hosts reserved for
+// gangs behind it are open to it, as to its placement (placeAhead).
+func (s *State) whyNot(a *Allocation) (why *WhyNot) {
 	if a.Request.IsGang() {
 		return s.explainGang(a)
 	}
-	return s.explain(&a.Request)
+	s.withOpen(s.gangsBehind(a), func() { why = s.explain(&a.Request) })
+	return why
 }
 
 // activate gives a pending allocation the devices of a placement.

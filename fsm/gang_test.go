@@ -233,6 +233,63 @@ func TestGangReservation(t *testing.T) {
 	}
 }
 
+// TestGangReservationAhead: a reservation holds its hosts against the
+// requests behind its gang in the queue, not against those ahead. A
+// one-host request of a higher priority takes a reserved GPU when none
+// other is free, and the reservation stays; one of the same priority,
+// later, or of a lower one is refused for the reservation. A why-not
+// counts reserved GPUs only against the requests behind.
+func TestGangReservationAhead(t *testing.T) {
+	h := newHarness(t)
+	for _, id := range []string{"h1", "h2", "h3"} {
+		h.must(labelledHost(id, 4))
+		holdOn(h, id, 1, 10)
+	}
+	g := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 8}}, MaxHosts: 2, Timeout: time.Hour, Priority: 10}}).Allocation
+	if g.Status != Pending || len(g.Reserved) != 2 {
+		t.Fatalf("gang %s reserving %v", g.Status, g.Reserved)
+	}
+	one := func(prio int) Result {
+		return h.apply(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}, Priority: prio}})
+	}
+	// The host left out fills up: only reserved GPUs are free.
+	for range 3 {
+		if a := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}, Priority: 10}}).Allocation; slices.Contains(g.Reserved, a.Host) {
+			t.Fatalf("a request behind the gang took reserved host %s", a.Host)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		prio  int
+		taken bool
+	}{
+		{"behind: the same priority, later", 10, false},
+		{"behind: a lower priority", 0, false},
+		{"ahead: a higher priority", 50, true},
+	} {
+		res := one(tc.prio)
+		switch {
+		case tc.taken && (res.Err != nil || !slices.Contains(g.Reserved, res.Allocation.Host)):
+			t.Fatalf("%s: %v, want placed on a host of %v", tc.name, res.Err, g.Reserved)
+		case !tc.taken && (res.Err == nil || !strings.Contains(res.Err.Error(), "reserved for a waiting gang")):
+			t.Fatalf("%s: %v, want refused for the reservation", tc.name, res.Err)
+		}
+	}
+	if now, _ := h.s.Allocation(g.ID); now.Status != Pending || !slices.Equal(now.Reserved, g.Reserved) {
+		t.Fatalf("gang %s reserving %v after a request ahead took a GPU, was %v", now.Status, now.Reserved, g.Reserved)
+	}
+	// The reserved GPUs fill up with requests ahead; the next is refused,
+	// and not for the reservation.
+	for one(50).Err == nil {
+	}
+	if res := one(50); res.Err == nil || strings.Contains(res.Err.Error(), "reserved for a waiting gang") {
+		t.Fatalf("a request ahead, nothing free: %v", res.Err)
+	}
+	if err := h.s.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestGangReservationMoves: a reservation moves to a gang that comes first
 // in the queue, and off a host that goes down.
 func TestGangReservationMoves(t *testing.T) {

@@ -59,29 +59,40 @@ func (s *State) open(d *Device, ov *overlay) bool {
 // plans a job of a higher priority first. The reservations stay; their
 // gangs wait for the devices to free again. nil when the request does not
 // fit there either.
-func (s *State) placeAhead(a *Allocation, pc PolicyConfig) *placement {
+func (s *State) placeAhead(a *Allocation, pc PolicyConfig) (p *placement) {
+	if behind := s.gangsBehind(a); len(behind) > 0 {
+		s.withOpen(behind, func() { p = s.place(&a.Request, pc, nil) })
+	}
+	return p
+}
+
+// gangsBehind are the reserving gangs that one-host allocation a comes
+// before in the queue, of a type it asks for.
+func (s *State) gangsBehind(a *Allocation) []*Allocation {
 	if len(s.reserving) == 0 || a.Request.IsGang() {
 		return nil
 	}
-	var behind []*Allocation // the reserving gangs a comes before
+	var out []*Allocation
 	for _, id := range sortedKeys(s.reserving) {
 		g := s.reserving[id]
 		t := g.Request.Claims[0].Type
 		if queueKeyLess(queueKeyOf(a), queueKeyOf(g)) && slices.ContainsFunc(a.Request.Claims, func(c Claim) bool { return c.Type == t }) {
-			behind = append(behind, g)
+			out = append(out, g)
 		}
 	}
-	if len(behind) == 0 {
-		return nil
-	}
-	for _, g := range behind {
+	return out
+}
+
+// withOpen runs fn with the hosts reserved for gangs open to every
+// request, and closes them again.
+func (s *State) withOpen(gangs []*Allocation, fn func()) {
+	for _, g := range gangs {
 		s.setReservedHosts(g, false)
 	}
-	p := s.place(&a.Request, pc, nil)
-	for _, g := range behind {
+	fn()
+	for _, g := range gangs {
 		s.setReservedHosts(g, true)
 	}
-	return p
 }
 
 // setReservedHosts closes (on) or opens g's reserved hosts to other
