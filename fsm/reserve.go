@@ -100,14 +100,17 @@ func (s *State) withOpen(gangs []*Allocation, fn func()) {
 func (s *State) setReservedHosts(g *Allocation, on bool) {
 	t := g.Request.Claims[0].Type
 	for _, id := range g.Reserved {
-		h := s.hosts[id]
-		if h == nil {
-			continue
+		change := func() { s.reserved[id] = g }
+		if !on {
+			if s.reserved[id] != g {
+				continue
+			}
+			change = func() { delete(s.reserved, id) }
 		}
-		if on {
-			s.changeTypeOn(h, t, func() { s.reserved[id] = g })
-		} else if s.reserved[id] == g {
-			s.changeTypeOn(h, t, func() { delete(s.reserved, id) })
+		if h := s.hosts[id]; h != nil {
+			s.changeTypeOn(h, t, change)
+		} else if !on {
+			change()
 		}
 	}
 }
@@ -234,17 +237,14 @@ func (s *State) reservationHolds(g *Allocation) bool {
 	return true
 }
 
-// reserve closes the devices of g's first claim's type on hosts to every
-// other request.
+// reserve gives g the reservation of hosts: their devices of its first
+// claim's type close to other requests (placeAhead opens them to those
+// ahead of it).
 func (s *State) reserve(g *Allocation, hosts []string) {
-	t := g.Request.Claims[0].Type
 	g.Reserved = hosts
 	g.ModifyIndex = s.last
 	s.reserving[g.ID] = g
-	for _, id := range hosts {
-		h := s.hosts[id]
-		s.changeTypeOn(h, t, func() { s.reserved[id] = g })
-	}
+	s.setReservedHosts(g, true)
 	s.emitAlloc(g, EventReserved)
 }
 
@@ -253,17 +253,7 @@ func (s *State) unreserve(g *Allocation) {
 	if len(g.Reserved) == 0 {
 		return
 	}
-	t := g.Request.Claims[0].Type
-	for _, id := range g.Reserved {
-		if s.reserved[id] != g {
-			continue
-		}
-		if h := s.hosts[id]; h != nil {
-			s.changeTypeOn(h, t, func() { delete(s.reserved, id) })
-		} else {
-			delete(s.reserved, id)
-		}
-	}
+	s.setReservedHosts(g, false)
 	delete(s.reserving, g.ID)
 	g.Reserved = nil
 	g.ModifyIndex = s.last
