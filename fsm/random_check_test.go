@@ -149,8 +149,13 @@ func (v *publicView) closedTo(d *fsm.Device, own *fsm.Allocation) bool {
 	if g == nil || g.ID == own.ID || g.Request.Claims[0].Type != d.Type {
 		return false
 	}
-	ahead := own.Request.Priority > g.Request.Priority || own.Request.Priority == g.Request.Priority && own.Seq < g.Seq
-	return own.Request.IsGang() || !ahead
+	return own.Request.IsGang() || !comesBefore(own, g)
+}
+
+// comesBefore reports whether a comes before b in the queue: a higher
+// priority, or the same and earlier.
+func comesBefore(a, b *fsm.Allocation) bool {
+	return a.Request.Priority > b.Request.Priority || a.Request.Priority == b.Request.Priority && a.Seq < b.Seq
 }
 
 // transitions names what happened to the allocations that were live in prev.

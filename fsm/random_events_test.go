@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/dmsc/dmsc/fsm"
@@ -16,6 +17,13 @@ type eventCheck struct {
 	last map[string]string // allocation ID → its last Allocation event type
 	// queued is the allocations the Queue topic has in the queue.
 	queued map[string]bool
+}
+
+// appliedAnew reports whether the command at index idx took effect: it is
+// not a repeated request ID, and it succeeded or was refused only for
+// capacity or quota (which records a failed allocation).
+func appliedAnew(res fsm.Result, idx uint64) bool {
+	return res.Index == idx && (res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded))
 }
 
 func newEventCheck() *eventCheck {

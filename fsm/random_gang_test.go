@@ -2,7 +2,6 @@ package fsm_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand"
@@ -209,7 +208,7 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 		if err := primary.CheckInvariants(); err != nil {
 			fail("invariant violated: %v", err)
 		}
-		applied := res.Index == idx && (res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded))
+		applied := appliedAnew(res, idx)
 		if err := events.step(primary, idx, applied, primary.TakeEvents()); err != nil {
 			fail("events: %v", err)
 		}
@@ -285,11 +284,10 @@ func (v *publicView) reservationsKept(prev *publicView) error {
 				if before != nil && slices.Contains(before.Allocations, aid) {
 					continue
 				}
-				// A request that comes before it in the queue (by priority,
-				// then arrival) may take it: a gang takes the reservation
-				// over, and while it holds it the gang's hosts are open.
-				if a := v.liveByID[aid]; a != nil &&
-					(a.Request.Priority > g.Request.Priority || a.Request.Priority == g.Request.Priority && a.Seq < g.Seq) {
+				// A request that comes before the gang in the queue may
+				// take it: a gang takes the reservation over, a one-host
+				// request is placed ahead (placeAhead).
+				if a := v.liveByID[aid]; a != nil && comesBefore(a, g) {
 					continue
 				}
 				return fmt.Errorf("host %s is reserved for gang %s, yet allocation %s took its device %s", h, g.ID, aid, id)

@@ -159,7 +159,7 @@ func TestRandomLog(t *testing.T) {
 				fail(i, &st, "replica restored after command %d recorded other events:\n%s\n%s", r.from, evJSON, got)
 			}
 		}
-		applied := res.Index == idx && (res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded))
+		applied := appliedAnew(res, idx)
 		if err := events.step(primary, idx, applied, evs); err != nil {
 			fail(i, &st, "events: %v", err)
 		}

@@ -76,7 +76,8 @@ func (s *State) gangsBehind(a *Allocation) []*Allocation {
 	for _, id := range sortedKeys(s.reserving) {
 		g := s.reserving[id]
 		t := g.Request.Claims[0].Type
-		if queueKeyLess(queueKeyOf(a), queueKeyOf(g)) && slices.ContainsFunc(a.Request.Claims, func(c Claim) bool { return c.Type == t }) {
+		asks := slices.ContainsFunc(a.Request.Claims, func(c Claim) bool { return c.Type == t })
+		if asks && queueKeyLess(queueKeyOf(a), queueKeyOf(g)) {
 			out = append(out, g)
 		}
 	}
@@ -109,7 +110,7 @@ func (s *State) setReservedHosts(g *Allocation, on bool) {
 		}
 		if h := s.hosts[id]; h != nil {
 			s.changeTypeOn(h, t, change)
-		} else if !on {
+		} else {
 			change()
 		}
 	}
