@@ -3,6 +3,8 @@ package fsm
 import (
 	"encoding/binary"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/google/btree"
 )
@@ -39,19 +41,81 @@ func (leastFragmenting) place(s *State, q *query) *placement {
 		if best == nil {
 			return nil
 		}
-		o := &t.res[best.id]
-		picks := c.bestPicks[:0]
-		for k := 0; k < o.n; k++ {
-			picks = append(picks, o.pick(k))
+		p, agrees := c.placeOn(s, q.r, rq, host, &t.res[best.id])
+		if p == nil && agrees {
+			// The host lacks the links a claim requires: the next host in
+			// the order that has them.
+			p, agrees = c.placeLinked(s, q.r, rq, t)
 		}
-		c.bestPicks = picks
-		if p := s.assignPicks(q.r, host, c.hosts[host].devs, picks, nil); p != nil {
+		if p != nil || agrees {
 			return p
 		}
 		// The cache disagrees with the state: drop it and place afresh.
 		s.idx.frag = fragCache{}
 	}
 	return nil
+}
+
+// placeOn places the request on a host of a group by the group's
+// outcome o, the picks made to read the host's topology (linkPicks). It
+// returns nil and true when the host lacks the links a claim requires,
+// nil and false when the cache disagrees with the state.
+func (c *fragCache) placeOn(s *State, r *Request, rq *fragRequest, host string, o *fragOutcome) (*placement, bool) {
+	picks := c.bestPicks[:0]
+	for k := 0; k < o.n; k++ {
+		picks = append(picks, o.pick(k))
+	}
+	c.bestPicks = picks
+	fh := c.hosts[host]
+	linked, ok := c.linkPicks(r, rq, fh.devs, &fh.span, picks)
+	if !ok {
+		return nil, true
+	}
+	p := s.assignPicks(r, host, fh.devs, linked, nil)
+	return p, p != nil
+}
+
+// placeLinked is placeOn over the hosts in the order of the table (groups
+// by score, the hosts of groups that tie by ID) until one has the links
+// the request requires: nil and true when none has.
+func (c *fragCache) placeLinked(s *State, r *Request, rq *fragRequest, t *fragTable) (*placement, bool) {
+	type cand struct {
+		host  string
+		group int32
+	}
+	var tie []cand
+	var tieRank fragRank
+	var found *placement
+	agrees := true
+	try := func() bool {
+		slices.SortFunc(tie, func(a, b cand) int { return strings.Compare(a.host, b.host) })
+		for _, h := range tie {
+			if found, agrees = c.placeOn(s, r, rq, h.host, &t.res[h.group]); found != nil || !agrees {
+				return true
+			}
+		}
+		tie = tie[:0]
+		return false
+	}
+	t.ranked.Ascend(func(e fragRank) bool {
+		g := c.live(e.id, e.gen)
+		if g == nil {
+			return true
+		}
+		if len(tie) > 0 && !e.ties(tieRank) && try() {
+			return false
+		}
+		tieRank = e
+		g.hosts.Ascend(func(id string) bool {
+			tie = append(tie, cand{id, g.id})
+			return true
+		})
+		return true
+	})
+	if found == nil && agrees && len(tie) > 0 {
+		try()
+	}
+	return found, agrees
 }
 
 // hostOrder: a gang's parts go to the hosts with the least free capacity
@@ -71,7 +135,11 @@ func (leastFragmenting) onHost(s *State, h *Host, q *query, ov *overlay) []Assig
 	if !fit {
 		return nil
 	}
-	if p := s.assignPicks(q.r, h.ID, view, c.bestPicks, ov); p != nil {
+	picks, ok := c.linkPicks(q.r, rq, view, &span, c.bestPicks)
+	if !ok {
+		return nil
+	}
+	if p := s.assignPicks(q.r, h.ID, view, picks, ov); p != nil {
 		return p.assign
 	}
 	return nil

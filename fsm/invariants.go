@@ -198,6 +198,24 @@ func (s *State) checkPlaced(a *Allocation) error {
 	if first != r.Claims[0].Count {
 		return fmt.Errorf("claim 0 has %d devices, wants %d", first, r.Claims[0].Count)
 	}
+	return s.checkNVLink(a)
+}
+
+// checkNVLink checks that the devices a claim requiring NVLink took on a
+// host are linked by NVLink pairwise (a device whose links change leaves
+// its allocations, so this holds as long as the allocation does).
+func (s *State) checkNVLink(a *Allocation) error {
+	for i, as := range a.Devices {
+		if a.Request.Claims[as.Claim].Topology != TopologyNVLink {
+			continue
+		}
+		d := s.devices[as.DeviceID]
+		for _, bs := range a.Devices[i+1:] {
+			if e := s.devices[bs.DeviceID]; bs.Claim == as.Claim && e.Host == d.Host && link(d, e) != linkNVLink {
+				return fmt.Errorf("claim %d requires NVLink, but devices %s and %s are linked %v", as.Claim, d.ID, e.ID, link(d, e))
+			}
+		}
+	}
 	return nil
 }
 

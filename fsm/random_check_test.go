@@ -456,17 +456,21 @@ func clearlyFree(d *fsm.Device, r *fsm.Request, i int) bool {
 // fitHost returns a host on which allocation own's request surely fits
 // now, or "". It judges only requests whose claims are of different types
 // (claims of one type compete for devices, which this oracle does not
-// model).
+// model). A claim that requires NVLink needs that many of the clearly
+// free devices linked by NVLink pairwise, searched for by brute force.
 func (v *publicView) fitHost(own *fsm.Allocation) string {
 	r := &own.Request
 	types := map[fsm.DeviceType]bool{}
 	for _, c := range r.Claims {
-		if types[c.Type] || c.Topology != "" { // nor the links a claim requires
+		if types[c.Type] {
 			return ""
 		}
 		types[c.Type] = true
 	}
 	if r.IsGang() {
+		if r.Claims[0].Topology != "" { // nor the links within a gang's parts
+			return ""
+		}
 		return v.fitGang(own)
 	}
 	for _, h := range v.hosts {
@@ -474,14 +478,14 @@ func (v *publicView) fitHost(own *fsm.Allocation) string {
 			continue
 		}
 		ok := true
-		for i := range r.Claims {
-			n := 0
+		for i, cl := range r.Claims {
+			var free []*fsm.Device
 			for _, id := range h.Devices {
 				if d := v.devByID[id]; clearlyFree(d, r, i) && !v.closedTo(d, own) {
-					n++
+					free = append(free, d)
 				}
 			}
-			if n < r.Claims[i].Count {
+			if len(free) < cl.Count || cl.Topology == fsm.TopologyNVLink && !nvlinkClique(free, nil, cl.Count) {
 				ok = false
 				break
 			}
@@ -491,6 +495,25 @@ func (v *publicView) fitHost(own *fsm.Allocation) string {
 		}
 	}
 	return ""
+}
+
+// nvlinkClique reports whether n of devs, with those of set, are linked
+// by NVLink pairwise (a link either device reports).
+func nvlinkClique(devs, set []*fsm.Device, n int) bool {
+	if len(set) == n {
+		return true
+	}
+	nv := func(a, b *fsm.Device) bool {
+		return a.Topology != nil && strings.HasPrefix(a.Topology.Links[b.ID], "NV") ||
+			b.Topology != nil && strings.HasPrefix(b.Topology.Links[a.ID], "NV")
+	}
+	for i, d := range devs {
+		if !slices.ContainsFunc(set, func(s *fsm.Device) bool { return !nv(s, d) }) &&
+			nvlinkClique(devs[i+1:], append(set, d), n) {
+			return true
+		}
+	}
+	return false
 }
 
 // fitGang returns the hosts, joined, on which own, a one-claim gang,

@@ -445,6 +445,14 @@ func (g *cmdGen) drainHost(v *publicView) step {
 	c := &fsm.DrainHost{HostID: h.ID, Enable: g.chance(60)}
 	if c.Enable && g.chance(70) {
 		c.Deadline = time.Duration(g.rng.Intn(20)) * time.Second
+		// Most drained hosts hold nothing; half the drains with a
+		// deadline go to one that holds an allocation, so that the
+		// deadline ends some ("ended drained").
+		if len(v.live) > 0 && g.later(50) {
+			if a := v.live[g.extra.Intn(len(v.live))]; a.Host != "" {
+				c.HostID = a.Host
+			}
+		}
 	}
 	return step{kind: fmt.Sprintf("drain host %t", c.Enable), cmd: c}
 }

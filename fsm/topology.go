@@ -53,6 +53,13 @@ const (
 	linkUnknown
 )
 
+func (l linkLevel) String() string {
+	if l >= linkNVLink && l < linkUnknown {
+		return [...]string{"NVLink", "PIX", "PXB", "PHB", "NODE", "SYS"}[l]
+	}
+	return "unknown"
+}
+
 // levelOf is the level of a link as Topology.Links spells it.
 func levelOf(s string) (linkLevel, bool) {
 	switch s {
@@ -128,12 +135,18 @@ func link(a, b *Device) linkLevel {
 }
 
 // linked picks n of cands (in the policy's device order) with the best
-// links between them: at the best level some n of them reach pairwise,
-// the set built from the first candidate in order that can start one
-// (each next candidate in order joins when it reaches every device
-// taken at that level). nvlinkOnly keeps to NVLink. It returns nil when
-// no n reach each other at an allowed level, and the first n when the
-// candidates carry no links.
+// links between them: the best level at which some n of them reach each
+// other pairwise, and at that level the first such set in the device
+// order (the one whose first device comes first, then its second, and so
+// on). nvlinkOnly keeps to NVLink. It returns nil when no n reach each
+// other at an allowed level, and the first n when the candidates carry
+// no links.
+//
+// The search of each level is exact within linkChecks tests of a pair
+// of devices (n² when more: enough for n devices all linked alike), far
+// more than hosts of 8 or 16 GPUs ever need. On a host whose links tangle
+// beyond that, a level whose search runs out counts as reached by no set,
+// so that every replica stops at the same point.
 func linked(cands []rankedDevice, n int, nvlinkOnly bool) []rankedDevice {
 	if n < 2 || len(cands) < n {
 		return cands[:min(n, len(cands))]
@@ -144,32 +157,89 @@ func linked(cands []rankedDevice, n int, nvlinkOnly bool) []rankedDevice {
 		}
 		return cands[:n]
 	}
+	if pick := linkedSet(linkSearch{cands: cands, n: n}, nvlinkOnly); pick != nil || nvlinkOnly {
+		return pick
+	}
+	return cands[:n]
+}
+
+// linkedSet runs the search s at each level from NVLink down (to NVLink
+// alone with nvlinkOnly) and returns the first set it finds, in the
+// device order, or nil.
+func linkedSet(s linkSearch, nvlinkOnly bool) []rankedDevice {
 	last := linkSys
 	if nvlinkOnly {
 		last = linkNVLink
 	}
-	set := make([]rankedDevice, 0, n)
-	for level := linkNVLink; level <= last; level++ {
-		for start := 0; start+n <= len(cands); start++ {
-			set = append(set[:0], cands[start])
-			for _, c := range cands[start+1:] {
-				if len(set) == n {
-					break
-				}
-				if !slices.ContainsFunc(set, func(s rankedDevice) bool { return link(s.d, c.d) > level }) {
-					set = append(set, c)
-				}
+	s.set = make([]int, 0, s.n)
+	for s.level = linkNVLink; s.level <= last; s.level++ {
+		s.budget, s.set = max(linkChecks, s.n*s.n), s.set[:0]
+		if s.grow(0) {
+			pick := make([]rankedDevice, s.n)
+			for k, i := range s.set {
+				pick[k] = s.cands[i]
 			}
-			if len(set) == n {
-				slices.SortFunc(set, rankedLess)
-				return set
+			slices.SortFunc(pick, rankedLess)
+			return pick
+		}
+	}
+	return nil
+}
+
+// linkChecks bounds the pairs of devices linked tests at one level, for
+// claims of up to 128 devices.
+const linkChecks = 1 << 14
+
+// linkSearch finds, depth first in the device order, the first n
+// candidates that reach each other pairwise at level or better. With
+// quota set, candidate i is of kind kind[i], and a set takes quota[k] of
+// kind k (the quotas sum to n).
+type linkSearch struct {
+	cands  []rankedDevice
+	n      int
+	kind   []int
+	quota  []int
+	level  linkLevel
+	budget int
+	set    []int // indices into cands, ascending
+}
+
+// grow extends set with candidates from index from on, and reports
+// whether it reached n devices.
+func (s *linkSearch) grow(from int) bool {
+	if len(s.set) == s.n {
+		return true
+	}
+	for i := from; i+s.n-len(s.set) <= len(s.cands); i++ {
+		if s.quota != nil && s.quota[s.kind[i]] == 0 {
+			continue
+		}
+		reaches := true
+		for _, j := range s.set {
+			if s.budget == 0 {
+				return false
+			}
+			s.budget--
+			if link(s.cands[j].d, s.cands[i].d) > s.level {
+				reaches = false
+				break
+			}
+		}
+		if reaches {
+			s.set = append(s.set, i)
+			if s.quota != nil {
+				s.quota[s.kind[i]]--
+			}
+			if s.grow(i + 1) {
+				return true
+			}
+			s.set = s.set[:len(s.set)-1]
+			if s.quota != nil {
+				s.quota[s.kind[i]]++
 			}
 		}
 	}
-	if nvlinkOnly {
-		return nil
-	}
-	return cands[:n]
+	return false
 }
 
 // nearNUMA moves to the front, keeping their order, the candidates on a

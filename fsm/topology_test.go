@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"math/rand"
 	"slices"
 	"strings"
 	"testing"
@@ -53,6 +54,26 @@ func nvPairs(i, j int) string {
 
 func nvSwitch(int, int) string { return "NV18" }
 
+// nvBehind: GPU 0 has NVLink to 1, 2 and 3, and 2 to 3, so {0, 2, 3} is
+// linked by NVLink pairwise while 1, next to 0 in the device order, is
+// linked to 0 alone; PIX otherwise.
+func nvBehind(i, j int) string {
+	i, j = min(i, j), max(i, j)
+	if i == 0 && j <= 3 || i == 2 && j == 3 {
+		return "NV2"
+	}
+	return "PIX"
+}
+
+// cubeMesh is the hybrid cube-mesh of 8 SXM2 GPUs: NVLink within 0-3 and
+// within 4-7, and between i and i+4; PCIe otherwise.
+func cubeMesh(i, j int) string {
+	if i/4 == j/4 || i%4 == j%4 {
+		return "NV1"
+	}
+	return pcieIslands(i, j)
+}
+
 // TestTopologyPlacement: a claim of several GPUs takes the best-linked
 // ones that fit; "nvlink" requires NVLink between all of them; a CPU
 // claim takes the CPU of the GPUs' NUMA node.
@@ -71,6 +92,10 @@ func TestTopologyPlacement(t *testing.T) {
 		{"nvlink pair preferred", nvPairs, []int{0}, Request{Claims: []Claim{{Type: GPU, Count: 2}}}, []int{2, 3}, -1, BestFit},
 		{"nvlink required, none left", nvPairs, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, nil, -1, FirstFit},
 		{"nvlink required, a pair left", nvPairs, []int{0, 2, 4}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{6, 7}, -1, FirstFit},
+		{"nvlink required, the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, []int{0, 2, 3}, -1, FirstFit},
+		{"nvlink preferred, the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3}}}, []int{0, 2, 3}, -1, FirstFit},
+		{"cube mesh, nvlink required", cubeMesh, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{1, 3}, -1, FirstFit},
+		{"cube mesh, no triangle left", cubeMesh, []int{0, 3, 5, 6}, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, nil, -1, FirstFit},
 		{"NVSwitch: any", nvSwitch, []int{1}, Request{Claims: []Claim{{Type: GPU, Count: 4, Topology: TopologyNVLink}}}, []int{0, 2, 3, 4}, -1, FirstFit},
 		{"CPU on the GPUs' node", pcieIslands, []int{0, 1, 2}, Request{Claims: []Claim{{Type: GPU, Count: 2}, {Type: CPU, Count: 1, Amount: Resources{ComputeUnits: 8}}}},
 			[]int{4, 5}, 1, LoadBalanced},
@@ -176,5 +201,135 @@ func TestTopologyValidation(t *testing.T) {
 	}
 	if s, _ := CommandNeeds(topoHost("h1", nvSwitch)); s.Level != 4 {
 		t.Errorf("a RegisterHost with topology needs level %d", s.Level)
+	}
+}
+
+// TestLinkedSearchBound: on 64 GPUs in 7 groups, NVLink between every two
+// of different groups and PIX within one, no 8 are linked by NVLink
+// pairwise, and an exact search for them would test millions of pairs.
+// The search of a level stops after its bound, so 8 GPUs that require
+// NVLink are refused and 8 that prefer it take the first 8 that reach
+// each other over PIX; 7, one per group, are found at once.
+func TestLinkedSearchBound(t *testing.T) {
+	cands := make([]rankedDevice, 64)
+	for i := range cands {
+		d := &Device{DeviceSpec: DeviceSpec{ID: fmt.Sprintf("g%02d", i), Topology: &Topology{Links: map[string]string{}}}}
+		cands[i] = rankedDevice{d: d, key: float64(i)}
+	}
+	for i, a := range cands {
+		for j, b := range cands {
+			if i != j {
+				l := "PIX"
+				if i%7 != j%7 {
+					l = "NV2"
+				}
+				a.d.Topology.Links[b.d.ID] = l
+			}
+		}
+	}
+	ids := func(p []rankedDevice) []int {
+		var out []int
+		for _, c := range p {
+			out = append(out, int(c.key))
+		}
+		return out
+	}
+	if p := linked(cands, 8, true); p != nil {
+		t.Fatalf("8 over NVLink: %v", ids(p))
+	}
+	if p := ids(linked(cands, 8, false)); !slices.Equal(p, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Fatalf("8 preferring NVLink: %v", p)
+	}
+	if p := ids(linked(cands, 7, true)); !slices.Equal(p, []int{0, 1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("7 over NVLink: %v", p)
+	}
+}
+
+// TestLinkedMatchesBruteForce: on one host of 8 GPUs with random links
+// and random GPUs out of service, under every policy, a claim of 2 to 5 GPUs is placed on a set whose
+// worst link is the best any set of that many free GPUs has, found by
+// brute force; one that requires NVLink is placed exactly when some set
+// is linked by NVLink pairwise.
+func TestLinkedMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewSource(17))
+	names := []string{"NV2", "NV2", "NV2", "PIX", "PXB", "PHB", "NODE", "SYS"}
+	rank := map[string]int{"NV2": 0, "PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+	policies := []Policy{FirstFit, BestFit, WorstFit, RoundRobin, LoadBalanced, FragmentationAware}
+	for round := range 400 {
+		var links [8][8]string
+		for i := range 8 {
+			for j := i + 1; j < 8; j++ {
+				links[i][j] = names[rng.Intn(len(names))]
+				links[j][i] = links[i][j]
+			}
+		}
+		used := rng.Perm(8)[:rng.Intn(5)]
+		n := 2 + rng.Intn(4)
+		nvOnly := rng.Intn(2) == 0
+		var free []int
+		for g := range 8 {
+			if !slices.Contains(used, g) {
+				free = append(free, g)
+			}
+		}
+		// worst is the worst link within a set of GPUs.
+		worst := func(set []int) int {
+			w := 0
+			for a := range set {
+				for _, b := range set[a+1:] {
+					w = max(w, rank[links[set[a]][b]])
+				}
+			}
+			return w
+		}
+		best := len(rank) // the best worst link of n free GPUs
+		var search func(from int, set []int)
+		search = func(from int, set []int) {
+			if len(set) == n {
+				best = min(best, worst(set))
+				return
+			}
+			for k := from; k < len(free); k++ {
+				search(k+1, append(set, free[k]))
+			}
+		}
+		search(0, nil)
+
+		// The GPUs are alike but for their links (no labels: a label
+		// would make each its own class), and those taken are unhealthy.
+		h := newHarness(t)
+		h.must(topoHost("h1", func(i, j int) string { return links[i][j] }))
+		for _, g := range used {
+			h.must(&SetDeviceStatus{DeviceID: fmt.Sprintf("h1-g%d", g), Status: Unhealthy})
+		}
+		pol := policies[rng.Intn(len(policies))]
+		polSet(h, GPU, pol)
+		cl := Claim{Type: GPU, Count: n}
+		if nvOnly {
+			cl.Topology = TopologyNVLink
+		}
+		res := h.apply(&Allocate{Request: Request{Claims: []Claim{cl}}})
+		if err := h.s.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		what := fmt.Sprintf("round %d, %s, %d GPUs (nvlink %v) of %v, links %v", round, pol, n, nvOnly, free, links)
+		wantPlaced := best < len(rank) && (!nvOnly || best == 0)
+		if (res.Err == nil) != wantPlaced {
+			t.Fatalf("%s: placed %v (err %v), want placed %v", what, res.Err == nil, res.Err, wantPlaced)
+		}
+		if res.Err != nil {
+			continue
+		}
+		var got []int
+		for _, as := range res.Allocation.Devices {
+			var g int
+			if _, err := fmt.Sscanf(as.DeviceID, "h1-g%d", &g); err != nil {
+				t.Fatalf("%s: took %s", what, as.DeviceID)
+			}
+			got = append(got, g)
+		}
+		if w := worst(got); w != best {
+			t.Fatalf("%s: took %v, worst link %d, but a set's worst link is %d", what, got, w, best)
+		}
 	}
 }
