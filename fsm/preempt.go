@@ -3,11 +3,13 @@ package fsm
 import "sort"
 
 // preempt finds, for a request that fits nowhere under a policy that
-// preempts, the fewest and lowest-priority active allocations whose
-// priority is lower by at least the policy's gap and whose removal lets
-// the request fit on one host, placed there as the policy places on a
-// host (a gang: on its hosts, gang_preempt.go). It changes nothing; the
-// caller ends the victims and places.
+// preempts, active allocations whose priority is lower by at least the
+// policy's gap and whose removal lets the request fit on one host,
+// placed there as the policy places on a host (a gang: on its hosts,
+// gang_preempt.go): on each host the victims freed lowest first until
+// it fits, less those it can spare; of the hosts, the one with the
+// fewest, then lowest-priority victims (preemptAmong). It changes
+// nothing; the caller ends the victims and places.
 func (s *State) preempt(a *Allocation, pc PolicyConfig) ([]*Allocation, *placement) {
 	limit := a.Request.Priority - pc.gap()
 	if limit < 0 {
