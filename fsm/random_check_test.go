@@ -468,9 +468,6 @@ func (v *publicView) fitHost(own *fsm.Allocation) string {
 		types[c.Type] = true
 	}
 	if r.IsGang() {
-		if r.Claims[0].Topology != "" { // nor the links within a gang's parts
-			return ""
-		}
 		return v.fitGang(own)
 	}
 	for _, h := range v.hosts {
@@ -518,8 +515,9 @@ func nvlinkClique(devs, set []*fsm.Device, n int) bool {
 
 // fitGang returns the hosts, joined, on which own, a one-claim gang,
 // surely fits now, or "": in one domain, j ≤ MaxHosts hosts with the most
-// clearly free devices (at least MinPerHost each) have its count
-// together, and j times MinPerHost is at most its count.
+// clearly free devices (at least MinPerHost each; for an NVLink claim,
+// the most linked so pairwise) have its count together, and j times
+// MinPerHost is at most its count.
 func (v *publicView) fitGang(own *fsm.Allocation) string {
 	r := &own.Request
 	if len(r.Claims) != 1 {
@@ -535,10 +533,18 @@ func (v *publicView) fitGang(own *fsm.Allocation) string {
 		if r.Same != "" && !ok {
 			continue
 		}
-		n := 0
+		var free []*fsm.Device
 		for _, id := range h.Devices {
 			if d := v.devByID[id]; clearlyFree(d, r, 0) && !v.closedTo(d, own) {
-				n++
+				free = append(free, d)
+			}
+		}
+		n := len(free)
+		if r.Claims[0].Topology == fsm.TopologyNVLink {
+			// A part is NVLink-linked pairwise: at most the host's
+			// largest such set (any part of it is one too).
+			for n > 1 && !nvlinkClique(free, nil, n) {
+				n--
 			}
 		}
 		if n >= max(r.MinPerHost, 1) {

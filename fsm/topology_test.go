@@ -333,3 +333,62 @@ func TestLinkedMatchesBruteForce(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologyFragmentationAware: FragmentationAware, which picks devices
+// by its measure, takes among the GPUs alike to its picks the best-linked
+// ones, NVLink only when the claim requires it, and the CPU on their NUMA
+// node. The GPUs taken out are unhealthy, so the others stay alike.
+func TestTopologyFragmentationAware(t *testing.T) {
+	cases := []struct {
+		name string
+		link func(i, j int) string
+		out  []int
+		req  Request
+		gpus []int
+		cpu  int
+	}{
+		{"a pair under one switch, CPU on its node", pcieIslands, []int{0, 1, 2},
+			Request{Claims: []Claim{{Type: GPU, Count: 2}, {Type: CPU, Count: 1, Amount: Resources{ComputeUnits: 8}}}}, []int{4, 5}, 1},
+		{"nvlink required, a pair left", nvPairs, []int{0, 2, 4}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{6, 7}, -1},
+		{"nvlink required, none left", nvPairs, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, nil, -1},
+		{"the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, []int{0, 2, 3}, -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.must(topoHost("h1", tc.link))
+			for _, g := range tc.out {
+				h.must(&SetDeviceStatus{DeviceID: fmt.Sprintf("h1-g%d", g), Status: Unhealthy})
+			}
+			polSet(h, GPU, FragmentationAware)
+			polSet(h, CPU, FragmentationAware)
+			res := h.apply(&Allocate{Request: tc.req})
+			if err := h.s.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.gpus == nil {
+				if res.Err == nil {
+					t.Fatalf("placed on %v", res.Allocation.Devices)
+				}
+				return
+			}
+			if res.Err != nil {
+				t.Fatalf("refused: %v", res.Err)
+			}
+			var gpus []int
+			cpu := -1
+			for _, as := range res.Allocation.Devices {
+				var n int
+				if _, err := fmt.Sscanf(as.DeviceID, "h1-g%d", &n); err == nil {
+					gpus = append(gpus, n)
+				} else if _, err := fmt.Sscanf(as.DeviceID, "h1-cpu%d", &n); err == nil {
+					cpu = n
+				}
+			}
+			slices.Sort(gpus)
+			if !slices.Equal(gpus, tc.gpus) || cpu != tc.cpu {
+				t.Fatalf("GPUs %v CPU node %d, want %v and %d", gpus, cpu, tc.gpus, tc.cpu)
+			}
+		})
+	}
+}
