@@ -99,6 +99,46 @@ func checkOutcome(st *step, res fsm.Result, v *publicView, s *fsm.State) (string
 	return outcome, nil
 }
 
+// checkPreferred checks that a request placed at once took, for its first
+// claim, devices with every preferred label when it surely fitted on such
+// devices before the command (prev), the command changing nothing else.
+func checkPreferred(a *fsm.Allocation, prev, v *publicView) error {
+	r := &a.Request
+	if a.Status != fsm.Active || len(r.Labels.Preferred) == 0 || len(a.Preempted) > 0 || r.IsGang() || !v.onlyNew(prev, a) {
+		return nil
+	}
+	preferred := func(d *fsm.Device) bool {
+		for k, w := range r.Labels.Preferred {
+			if d.Labels[k] != w {
+				return false
+			}
+		}
+		return true
+	}
+	for _, as := range a.Devices {
+		if d := v.devByID[as.DeviceID]; as.Claim == 0 && !preferred(d) {
+			if h := prev.fitHostWhere(a, preferred); h != "" {
+				return fmt.Errorf("placed on %s without the preferred labels %v, but host %s had room on devices with them", d.ID, r.Labels.Preferred, h)
+			}
+		}
+	}
+	return nil
+}
+
+// onlyNew reports whether the live allocations of v are those of prev in
+// the same status, and a.
+func (v *publicView) onlyNew(prev *publicView, a *fsm.Allocation) bool {
+	if len(v.live) != len(prev.live)+1 {
+		return false
+	}
+	for _, b := range v.live {
+		if p := prev.liveByID[b.ID]; b.ID != a.ID && (p == nil || p.Status != b.Status) {
+			return false
+		}
+	}
+	return true
+}
+
 // publicView is what the public read API shows of a state. Its checks do
 // not rely on the code under test beyond those accessors.
 type publicView struct {
@@ -458,7 +498,11 @@ func clearlyFree(d *fsm.Device, r *fsm.Request, i int) bool {
 // (claims of one type compete for devices, which this oracle does not
 // model). A claim that requires NVLink needs that many of the clearly
 // free devices linked by NVLink pairwise, searched for by brute force.
-func (v *publicView) fitHost(own *fsm.Allocation) string {
+func (v *publicView) fitHost(own *fsm.Allocation) string { return v.fitHostWhere(own, nil) }
+
+// fitHostWhere is fitHost with the first claim's devices limited to those
+// keep accepts (nil: all).
+func (v *publicView) fitHostWhere(own *fsm.Allocation, keep func(*fsm.Device) bool) string {
 	r := &own.Request
 	types := map[fsm.DeviceType]bool{}
 	for _, c := range r.Claims {
@@ -478,7 +522,7 @@ func (v *publicView) fitHost(own *fsm.Allocation) string {
 		for i, cl := range r.Claims {
 			var free []*fsm.Device
 			for _, id := range h.Devices {
-				if d := v.devByID[id]; clearlyFree(d, r, i) && !v.closedTo(d, own) {
+				if d := v.devByID[id]; clearlyFree(d, r, i) && !v.closedTo(d, own) && (i > 0 || keep == nil || keep(d)) {
 					free = append(free, d)
 				}
 			}

@@ -217,6 +217,11 @@ func TestRandomLog(t *testing.T) {
 			if err != nil {
 				fail(i, &st, "%v", err)
 			}
+			if res.Allocation != nil {
+				if err := checkPreferred(res.Allocation, prevView, view); err != nil {
+					fail(i, &st, "%v", err)
+				}
+			}
 			stats[outcome]++
 		}
 		for _, k := range view.transitions(prevView, primary) {
