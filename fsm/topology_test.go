@@ -76,7 +76,8 @@ func cubeMesh(i, j int) string {
 
 // TestTopologyPlacement: a claim of several GPUs takes the best-linked
 // ones that fit; "nvlink" requires NVLink between all of them; a CPU
-// claim takes the CPU of the GPUs' NUMA node.
+// claim takes the CPU of the GPUs' NUMA node; under FragmentationAware
+// too.
 func TestTopologyPlacement(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -86,28 +87,42 @@ func TestTopologyPlacement(t *testing.T) {
 		gpus  []int // nil: refused
 		cpu   int   // the CPU device's NUMA node, -1 for none asked
 		first Policy
+		out   []int // GPUs unhealthy (the others stay alike: no labels)
 	}{
-		{"one island over two", pcieIslands, []int{0, 2}, Request{Claims: []Claim{{Type: GPU, Count: 4}}}, []int{4, 5, 6, 7}, -1, FirstFit},
-		{"a pair under one switch", pcieIslands, []int{0, 2}, Request{Claims: []Claim{{Type: GPU, Count: 2}}}, []int{4, 5}, -1, FirstFit},
-		{"nvlink pair preferred", nvPairs, []int{0}, Request{Claims: []Claim{{Type: GPU, Count: 2}}}, []int{2, 3}, -1, BestFit},
-		{"nvlink required, none left", nvPairs, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, nil, -1, FirstFit},
-		{"nvlink required, a pair left", nvPairs, []int{0, 2, 4}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{6, 7}, -1, FirstFit},
-		{"nvlink required, the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, []int{0, 2, 3}, -1, FirstFit},
-		{"nvlink preferred, the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3}}}, []int{0, 2, 3}, -1, FirstFit},
-		{"cube mesh, nvlink required", cubeMesh, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{1, 3}, -1, FirstFit},
-		{"cube mesh, no triangle left", cubeMesh, []int{0, 3, 5, 6}, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, nil, -1, FirstFit},
-		{"NVSwitch: any", nvSwitch, []int{1}, Request{Claims: []Claim{{Type: GPU, Count: 4, Topology: TopologyNVLink}}}, []int{0, 2, 3, 4}, -1, FirstFit},
+		{"one island over two", pcieIslands, []int{0, 2}, Request{Claims: []Claim{{Type: GPU, Count: 4}}}, []int{4, 5, 6, 7}, -1, FirstFit, nil},
+		{"a pair under one switch", pcieIslands, []int{0, 2}, Request{Claims: []Claim{{Type: GPU, Count: 2}}}, []int{4, 5}, -1, FirstFit, nil},
+		{"nvlink pair preferred", nvPairs, []int{0}, Request{Claims: []Claim{{Type: GPU, Count: 2}}}, []int{2, 3}, -1, BestFit, nil},
+		{"nvlink required, none left", nvPairs, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, nil, -1, FirstFit, nil},
+		{"nvlink required, a pair left", nvPairs, []int{0, 2, 4}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{6, 7}, -1, FirstFit, nil},
+		{"nvlink required, the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, []int{0, 2, 3}, -1, FirstFit, nil},
+		{"nvlink preferred, the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3}}}, []int{0, 2, 3}, -1, FirstFit, nil},
+		{"cube mesh, nvlink required", cubeMesh, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{1, 3}, -1, FirstFit, nil},
+		{"cube mesh, no triangle left", cubeMesh, []int{0, 3, 5, 6}, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, nil, -1, FirstFit, nil},
+		{"NVSwitch: any", nvSwitch, []int{1}, Request{Claims: []Claim{{Type: GPU, Count: 4, Topology: TopologyNVLink}}}, []int{0, 2, 3, 4}, -1, FirstFit, nil},
 		{"CPU on the GPUs' node", pcieIslands, []int{0, 1, 2}, Request{Claims: []Claim{{Type: GPU, Count: 2}, {Type: CPU, Count: 1, Amount: Resources{ComputeUnits: 8}}}},
-			[]int{4, 5}, 1, LoadBalanced},
+			[]int{4, 5}, 1, LoadBalanced, nil},
+		// FragmentationAware picks devices by its measure, then the
+		// best-linked among those alike to its picks, and the CPU on
+		// their node.
+		{"FA: a pair under one switch, CPU on its node", pcieIslands, nil, Request{Claims: []Claim{{Type: GPU, Count: 2}, {Type: CPU, Count: 1, Amount: Resources{ComputeUnits: 8}}}},
+			[]int{4, 5}, 1, FragmentationAware, []int{0, 1, 2}},
+		{"FA: nvlink required, a pair left", nvPairs, nil, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{6, 7}, -1, FragmentationAware, []int{0, 2, 4}},
+		{"FA: nvlink required, none left", nvPairs, nil, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, nil, -1, FragmentationAware, []int{0, 2, 4, 6}},
+		{"FA: the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, []int{0, 2, 3}, -1, FragmentationAware, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			hc := topoHost("h1", tc.link)
 			for i := range hc.Devices {
-				hc.Devices[i].Labels = map[string]string{"slot": strings.TrimPrefix(hc.Devices[i].ID, "h1-")}
+				if tc.used != nil { // labelled, to take them by label
+					hc.Devices[i].Labels = map[string]string{"slot": strings.TrimPrefix(hc.Devices[i].ID, "h1-")}
+				}
 			}
 			h.must(hc)
+			for _, g := range tc.out {
+				h.must(&SetDeviceStatus{DeviceID: fmt.Sprintf("h1-g%d", g), Status: Unhealthy})
+			}
 			for _, g := range tc.used {
 				h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}, Labels: LabelSelector{Required: map[string]string{"slot": fmt.Sprintf("g%d", g)}}}})
 			}
@@ -331,64 +346,5 @@ func TestLinkedMatchesBruteForce(t *testing.T) {
 		if w := worst(got); w != best {
 			t.Fatalf("%s: took %v, worst link %d, but a set's worst link is %d", what, got, w, best)
 		}
-	}
-}
-
-// TestTopologyFragmentationAware: FragmentationAware, which picks devices
-// by its measure, takes among the GPUs alike to its picks the best-linked
-// ones, NVLink only when the claim requires it, and the CPU on their NUMA
-// node. The GPUs taken out are unhealthy, so the others stay alike.
-func TestTopologyFragmentationAware(t *testing.T) {
-	cases := []struct {
-		name string
-		link func(i, j int) string
-		out  []int
-		req  Request
-		gpus []int
-		cpu  int
-	}{
-		{"a pair under one switch, CPU on its node", pcieIslands, []int{0, 1, 2},
-			Request{Claims: []Claim{{Type: GPU, Count: 2}, {Type: CPU, Count: 1, Amount: Resources{ComputeUnits: 8}}}}, []int{4, 5}, 1},
-		{"nvlink required, a pair left", nvPairs, []int{0, 2, 4}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, []int{6, 7}, -1},
-		{"nvlink required, none left", nvPairs, []int{0, 2, 4, 6}, Request{Claims: []Claim{{Type: GPU, Count: 2, Topology: TopologyNVLink}}}, nil, -1},
-		{"the set behind a partner", nvBehind, nil, Request{Claims: []Claim{{Type: GPU, Count: 3, Topology: TopologyNVLink}}}, []int{0, 2, 3}, -1},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.must(topoHost("h1", tc.link))
-			for _, g := range tc.out {
-				h.must(&SetDeviceStatus{DeviceID: fmt.Sprintf("h1-g%d", g), Status: Unhealthy})
-			}
-			polSet(h, GPU, FragmentationAware)
-			polSet(h, CPU, FragmentationAware)
-			res := h.apply(&Allocate{Request: tc.req})
-			if err := h.s.CheckInvariants(); err != nil {
-				t.Fatal(err)
-			}
-			if tc.gpus == nil {
-				if res.Err == nil {
-					t.Fatalf("placed on %v", res.Allocation.Devices)
-				}
-				return
-			}
-			if res.Err != nil {
-				t.Fatalf("refused: %v", res.Err)
-			}
-			var gpus []int
-			cpu := -1
-			for _, as := range res.Allocation.Devices {
-				var n int
-				if _, err := fmt.Sscanf(as.DeviceID, "h1-g%d", &n); err == nil {
-					gpus = append(gpus, n)
-				} else if _, err := fmt.Sscanf(as.DeviceID, "h1-cpu%d", &n); err == nil {
-					cpu = n
-				}
-			}
-			slices.Sort(gpus)
-			if !slices.Equal(gpus, tc.gpus) || cpu != tc.cpu {
-				t.Fatalf("GPUs %v CPU node %d, want %v and %d", gpus, cpu, tc.gpus, tc.cpu)
-			}
-		})
 	}
 }
