@@ -348,3 +348,44 @@ func TestLinkedMatchesBruteForce(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLinked is the link search of one claim on a host: 4 of the 7
+// GPUs a hybrid cube-mesh has left with GPU 0 out, NVLink required (the
+// search passes over 1, 2 and 3, whose fourth is out, to 4-7), 3 of them
+// preferring NVLink, and the worst case, 8 of 64 GPUs in 7 groups
+// (TestLinkedSearchBound), which runs the NVLink level to its bound.
+func BenchmarkLinked(b *testing.B) {
+	cands := func(n int, link func(i, j int) string) []rankedDevice {
+		out := make([]rankedDevice, n)
+		for i := range out {
+			out[i] = rankedDevice{d: &Device{DeviceSpec: DeviceSpec{ID: fmt.Sprintf("g%02d", i), Topology: &Topology{Links: map[string]string{}}}}, key: float64(i)}
+		}
+		for i, a := range out {
+			for j, c := range out {
+				if i != j {
+					a.d.Topology.Links[c.d.ID] = link(i, j)
+				}
+			}
+		}
+		return out
+	}
+	mesh := cands(8, cubeMesh)[1:]
+	turan := cands(64, func(i, j int) string {
+		if i%7 != j%7 {
+			return "NV2"
+		}
+		return "PIX"
+	})
+	for _, bc := range []struct {
+		name   string
+		cands  []rankedDevice
+		n      int
+		nvlink bool
+	}{{"cube-mesh/4", mesh, 4, true}, {"cube-mesh/3-preferred", mesh, 3, false}, {"tangled/8", turan, 8, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for range b.N {
+				linked(bc.cands, bc.n, bc.nvlink)
+			}
+		})
+	}
+}
