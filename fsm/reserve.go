@@ -277,7 +277,8 @@ func (s *State) changeTypeOn(h *Host, t DeviceType, change func()) {
 // planReservation chooses the hosts of g's reservation, or nil when no
 // hosts could ever take it: its first claim packed as if every device of
 // the type were free, on the hosts with the most devices that pass the
-// claim's filters, then the most free now, then by ID; with Same, in the
+// claim's filters (for a claim that requires NVLink, the most linked so
+// pairwise), then the most free now, then by ID; with Same, in the
 // domain that needs the fewest hosts, then has the most free, then by
 // value. Hosts reserved for another gang are not taken.
 func (s *State) planReservation(g *Allocation) []string {
@@ -300,14 +301,24 @@ func (s *State) planReservation(g *Allocation) []string {
 			return
 		}
 		c := cand{id: h.ID}
+		var linkable []rankedDevice
 		for _, d := range s.hostTypeDevices(h, cl.Type) {
 			if d.Status != Available || !q.passes(d.cls, 0) {
 				continue
 			}
 			c.pot++
+			if cl.Topology == TopologyNVLink {
+				linkable = append(linkable, rankedDevice{d: d})
+			}
 			if amt, whole := take(d.cls, cl); s.fits(d, amt, whole, nil) {
 				c.free++
 			}
+		}
+		if cl.Topology == TopologyNVLink {
+			// A part is linked by NVLink pairwise: at most the host's
+			// largest such set.
+			c.pot = largestLinked(linkable)
+			c.free = min(c.free, c.pot)
 		}
 		if c.pot >= r.minPerHost() {
 			byDomain[dom] = append(byDomain[dom], c)

@@ -163,6 +163,18 @@ func linked(cands []rankedDevice, n int, nvlinkOnly bool) []rankedDevice {
 	return cands[:n]
 }
 
+// largestLinked is how many of cands at most are linked by NVLink
+// pairwise (1 for a lone device, 0 for none).
+func largestLinked(cands []rankedDevice) int {
+	slices.SortFunc(cands, rankedLess)
+	for n := len(cands); n > 1; n-- {
+		if linked(cands, n, true) != nil {
+			return n
+		}
+	}
+	return min(len(cands), 1)
+}
+
 // linkedSet runs the search s at each level from NVLink down (to NVLink
 // alone with nvlinkOnly) and returns the first set it finds, in the
 // device order, or nil.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // topoHost is a host of 8 GPUs whose links come from link(i, j), GPUs
@@ -387,5 +388,30 @@ func BenchmarkLinked(b *testing.B) {
 				linked(bc.cands, bc.n, bc.nvlink)
 			}
 		})
+	}
+}
+
+// TestGangReservationNVLink: a waiting gang whose parts require NVLink
+// reserves the hosts that could take them linked so, not those with as
+// many GPUs in smaller islands.
+func TestGangReservationNVLink(t *testing.T) {
+	islands := func(i, j int) string {
+		if i/4 == j/4 {
+			return "NV12"
+		}
+		return "SYS"
+	}
+	h := newHarness(t)
+	for _, hc := range []*RegisterHost{topoHost("h1", islands), topoHost("h2", nvSwitch)} {
+		for i := range hc.Devices {
+			hc.Devices[i].Labels = map[string]string{"host": hc.Host.ID}
+		}
+		h.must(hc)
+		holdOn(h, hc.Host.ID, 1, 0)
+	}
+	g := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 8, Topology: TopologyNVLink}},
+		MaxHosts: 2, MinPerHost: 8, Timeout: time.Hour}}).Allocation
+	if g.Status != Pending || !slices.Equal(g.Reserved, []string{"h2"}) {
+		t.Fatalf("gang %s reserved %v, want h2 (h1's islands hold 4 each)", g.Status, g.Reserved)
 	}
 }
