@@ -18,7 +18,8 @@ import (
 // each seed reserves capacity for waiting gangs and serves them from the
 // queue dozens of times, under every policy, with priorities (preemption
 // under PriorityBased), three namespaces with GPU quotas that may borrow
-// (and reclaim), fair share on and off,
+// (and reclaim), fair share on and off, GPUs linked by NVLink in islands
+// and gangs whose parts require it,
 // timeouts, leases, releases, cancels, hosts that go down and come back,
 // and drains. After every command:
 //   - the state's invariants hold (CheckInvariants: no device over
@@ -61,6 +62,26 @@ var gangLogHosts = []struct {
 	{"g4", "r1", 4}, {"g5", "r1", 4}, {"g6", "r1", 8}, {"g7", "r1", 4},
 }
 
+// gangLogLinks is the topology of GPU j of a host of n: the 8-GPU hosts
+// have two NVLink islands of 4 (SYS between them), the 4-GPU hosts g0-g2
+// NVLink between all, g4, g5 and g7 NVLink pairs (PIX between them).
+func gangLogLinks(host string, j, n int) *fsm.Topology {
+	t := &fsm.Topology{Links: map[string]string{}}
+	for k := range n {
+		switch {
+		case k == j:
+			continue
+		case n == 8 && j/4 != k/4:
+			t.Links[fmt.Sprintf("%s-gpu%d", host, k)] = "SYS"
+		case n == 8 || host < "g3" || j/2 == k/2:
+			t.Links[fmt.Sprintf("%s-gpu%d", host, k)] = "NV12"
+		default:
+			t.Links[fmt.Sprintf("%s-gpu%d", host, k)] = "PIX"
+		}
+	}
+	return t
+}
+
 // runGangLog applies n random commands of TestGangRandom's mix with seed,
 // checking after each, and returns how often each kind of command and
 // outcome occurred.
@@ -94,12 +115,15 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 		c := &fsm.RegisterHost{Host: fsm.HostSpec{ID: h.id, Labels: map[string]string{"rack": h.rack}}}
 		for j := range h.gpus {
 			c.Devices = append(c.Devices, fsm.DeviceSpec{ID: fmt.Sprintf("%s-gpu%d", h.id, j), Type: fsm.GPU, Name: "a100",
-				Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 80}}})
+				Capabilities: fsm.Capabilities{Resources: fsm.Resources{MemoryGB: 80}}, Topology: gangLogLinks(h.id, j, h.gpus)})
 		}
 		if r := apply(c); r.Err != nil {
 			t.Fatal(r.Err)
 		}
 	}
+	// extra draws what the log gained later (NVLink gangs), so that the
+	// rest of a seed's log stays as it was.
+	extra := rand.New(rand.NewSource(seed ^ 0x11c))
 	setPolicy := func() fsm.Command {
 		pol := fsm.Policies[rng.Intn(len(fsm.Policies))]
 		return &fsm.SetPolicy{DeviceType: fsm.GPU, Config: fsm.PolicyConfig{Policy: pol, PreemptionGap: []int{0, 10, 50}[rng.Intn(3)]}}
@@ -137,6 +161,9 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 			}
 			if rng.Intn(10) > 0 {
 				req.Timeout = time.Duration(10+rng.Intn(600)) * time.Second
+			}
+			if extra.Intn(6) == 0 {
+				req.Claims[0].Topology = fsm.TopologyNVLink
 			}
 			cmd, kind = &fsm.Allocate{Request: req}, "gang"
 		case r < 52:
@@ -220,6 +247,9 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 		if err := view.reservationsKept(prev); err != nil {
 			fail("%v", err)
 		}
+		if err := view.reservationsCanHold(prev); err != nil {
+			fail("%v", err)
+		}
 		if err := view.checkQuotas(prev, primary); err != nil {
 			fail("quota: %v", err)
 		}
@@ -259,6 +289,43 @@ func runGangLog(t *testing.T, seed int64, n int) map[string]int {
 		}
 	}
 	return stats
+}
+
+// reservationsCanHold checks that a reservation made by the command is on
+// hosts that could take the gang together were their devices free: each
+// counts the devices that pass the gang's filters (for an NVLink gang,
+// its largest set of them linked so pairwise), the hosts that count at
+// least the gang's minimum per host add up to its count.
+func (v *publicView) reservationsCanHold(prev *publicView) error {
+	for _, a := range v.queue {
+		p := prev.liveByID[a.ID]
+		if len(a.Reserved) == 0 || p != nil && slices.Equal(p.Reserved, a.Reserved) {
+			continue
+		}
+		r := &a.Request
+		sum := 0
+		for _, id := range a.Reserved {
+			var devs []*fsm.Device
+			for _, d := range v.devs {
+				if d.Host == id && d.Type == r.Claims[0].Type && d.Status == fsm.Available && staticMismatch(&d, r, 0) == "" {
+					devs = append(devs, &d)
+				}
+			}
+			n := len(devs)
+			if r.Claims[0].Topology == fsm.TopologyNVLink {
+				for n > 1 && !nvlinkClique(devs, nil, n) {
+					n--
+				}
+			}
+			if n >= max(r.MinPerHost, 1) {
+				sum += n
+			}
+		}
+		if sum < r.Claims[0].Count {
+			return fmt.Errorf("gang %s (%d GPUs, nvlink %v) reserved %v, which could take %d of it", a.ID, r.Claims[0].Count, r.Claims[0].Topology != "", a.Reserved, sum)
+		}
+	}
+	return nil
 }
 
 // reservationsKept checks that a host reserved for a waiting gang before a
