@@ -399,8 +399,11 @@ func (s *State) restoreReservations() error {
 // expectedStart is when gang g, waiting with a reservation, should find
 // enough devices free on its reserved hosts: each device that passes its
 // first claim's filters frees when the last lease on it ends (now when it
-// is free); the gang starts when the count-th of them frees. 0 when it
-// has no reservation or needs a device held without a lease.
+// is free); the gang starts at the first of those times by which its
+// reserved hosts could take it, each what it has free by then (for a
+// claim that requires NVLink, its largest set of them linked so
+// pairwise) when that is at least the minimum per host. 0 when it has no
+// reservation or needs a device held without a lease.
 func (s *State) expectedStart(g *Allocation) int64 {
 	if g.Status != Pending || len(g.Reserved) == 0 {
 		return 0
@@ -412,12 +415,18 @@ func (s *State) expectedStart(g *Allocation) int64 {
 	}
 	q := s.newQuery(r, fits)
 	cl := &r.Claims[0]
-	var frees []int64
+	type freeing struct {
+		d  *Device
+		at int64
+	}
+	var byHost [][]freeing
+	var times []int64
 	for _, id := range g.Reserved {
 		h := s.hosts[id]
 		if h == nil {
 			continue
 		}
+		var frees []freeing
 		for _, d := range s.hostTypeDevices(h, cl.Type) {
 			if d.Status != Available || !q.passes(d.cls, 0) {
 				continue
@@ -432,13 +441,33 @@ func (s *State) expectedStart(g *Allocation) int64 {
 				at = max(at, a.LeaseExpiresAt)
 			}
 			if at != 0 {
-				frees = append(frees, at)
+				frees = append(frees, freeing{d, at})
+				times = append(times, at)
 			}
 		}
+		byHost = append(byHost, frees)
 	}
-	if len(frees) < cl.Count {
-		return 0
+	slices.Sort(times)
+	for _, t := range slices.Compact(times) {
+		total := 0
+		for _, frees := range byHost {
+			var free []rankedDevice
+			for _, f := range frees {
+				if f.at <= t {
+					free = append(free, rankedDevice{d: f.d})
+				}
+			}
+			n := len(free)
+			if cl.Topology == TopologyNVLink {
+				n = largestLinked(free)
+			}
+			if n >= r.minPerHost() {
+				total += n
+			}
+		}
+		if total >= cl.Count {
+			return t
+		}
 	}
-	slices.Sort(frees)
-	return frees[cl.Count-1]
+	return 0
 }

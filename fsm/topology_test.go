@@ -415,3 +415,36 @@ func TestGangReservationNVLink(t *testing.T) {
 		t.Fatalf("gang %s reserved %v, want h2 (h1's islands hold 4 each)", g.Status, g.Reserved)
 	}
 }
+
+// TestGangExpectedStartNVLink: a gang of 4 GPUs linked by NVLink on one
+// host of two NVLink islands of 4 starts when one island is all free,
+// not when any 4 of its GPUs are.
+func TestGangExpectedStartNVLink(t *testing.T) {
+	h := newHarness(t)
+	hc := topoHost("h1", func(i, j int) string {
+		if i/4 == j/4 {
+			return "NV12"
+		}
+		return "SYS"
+	})
+	for i := range hc.Devices {
+		hc.Devices[i].Labels = map[string]string{"slot": strings.TrimPrefix(hc.Devices[i].ID, "h1-")}
+	}
+	h.must(hc)
+	// GPUs 0 and 1 free after 10 minutes, 4 and 5 after 20, 2 and 3
+	// after 30, 6 and 7 after 40: any 4 are free after 20 minutes, the
+	// island 0-3 after 30.
+	var start int64
+	for g, ttl := range []int{10, 10, 30, 30, 20, 20, 40, 40} {
+		a := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}, LeaseTTL: time.Duration(ttl) * time.Minute,
+			Labels: LabelSelector{Required: map[string]string{"slot": fmt.Sprintf("g%d", g)}}}}).Allocation
+		if g < 4 {
+			start = max(start, a.LeaseExpiresAt)
+		}
+	}
+	g := h.must(&Allocate{Request: Request{Claims: []Claim{{Type: GPU, Count: 4, Topology: TopologyNVLink}}, MaxHosts: 2, MinPerHost: 4, Timeout: time.Hour}}).Allocation
+	got, _ := h.s.Allocation(g.ID)
+	if !slices.Equal(got.Reserved, []string{"h1"}) || got.ExpectedStart != start {
+		t.Fatalf("reserved %v, expected start %v, want h1 at %v", got.Reserved, time.Unix(0, got.ExpectedStart), time.Unix(0, start))
+	}
+}
