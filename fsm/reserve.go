@@ -447,8 +447,9 @@ func (s *State) expectedStart(g *Allocation) int64 {
 		}
 		byHost = append(byHost, frees)
 	}
-	slices.Sort(times)
-	for _, t := range slices.Compact(times) {
+	// enough reports whether the hosts could take the gang by time t;
+	// once they can, they can at every later time.
+	enough := func(t int64) bool {
 		total := 0
 		for _, frees := range byHost {
 			var free []rankedDevice
@@ -465,9 +466,12 @@ func (s *State) expectedStart(g *Allocation) int64 {
 				total += n
 			}
 		}
-		if total >= cl.Count {
-			return t
-		}
+		return total >= cl.Count
+	}
+	slices.Sort(times)
+	times = slices.Compact(times)
+	if i := sort.Search(len(times), func(i int) bool { return enough(times[i]) }); i < len(times) {
+		return times[i]
 	}
 	return 0
 }
