@@ -370,8 +370,8 @@ func (s *State) kickQueueOnce() (preempted bool) {
 		return true
 	})
 	try := func(k queueKey) bool {
-		a := s.allocs[k.id]
-		if a.Status != Pending || a.Deadline <= s.now {
+		a := s.waitingAt(k)
+		if a == nil || a.Deadline <= s.now {
 			// Past its deadline: the client has given up; the next tick
 			// times it out. Placing it now would leak the devices.
 			return false
@@ -401,6 +401,18 @@ func (s *State) kickQueueOnce() (preempted bool) {
 		try(k)
 	}
 	return preempted
+}
+
+// waitingAt is the allocation of queue key k while it still waits, else
+// nil. A pass over the queue lists its keys first, and a request can
+// leave the queue during the pass without its own turn: a gang placed on
+// its reservation when another request leaves the queue, and perhaps
+// preempted later in the same pass by one of higher priority.
+func (s *State) waitingAt(k queueKey) *Allocation {
+	if a := s.allocs[k.id]; a != nil && a.Status == Pending {
+		return a
+	}
+	return nil
 }
 
 // tick ends what is due: pending requests past their deadline time out,

@@ -182,6 +182,11 @@ func (s *State) fairOrder(keys []queueKey, try func(queueKey) bool) {
 		// then arrival.
 		best, bestScore, below := -1, 0.0, false
 		for i, ns := range names {
+			// Requests that left the queue during the pass are passed
+			// over; trying them would change nothing.
+			for next[i] < len(byNS[ns]) && s.waitingAt(byNS[ns][next[i]]) == nil {
+				next[i]++
+			}
 			if next[i] == len(byNS[ns]) {
 				continue
 			}

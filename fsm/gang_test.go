@@ -346,6 +346,53 @@ func TestGangPreemption(t *testing.T) {
 	}
 }
 
+// TestGangPlacedThenPreemptedInOnePass: a pass over the queue places a
+// gang, the next gang in line is placed on its reservation at once, and a
+// request ahead of that one in the queue then preempts it, in the same
+// pass. The pass must pass over the preempted gang's own turn (it once
+// read a nil allocation there, and every replica panicked), under both
+// queue orders.
+func TestGangPlacedThenPreemptedInOnePass(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fair share %v", fair), func(t *testing.T) {
+			h := newHarness(t)
+			h.must(labelledHost("h1", 8))
+			h.must(labelledHost("h2", 4))
+			polSet(h, GPU, PriorityBased)
+			h.must(&SetQueueConfig{PreemptWaiting: true, FairShare: fair})
+			big := holdOn(h, "h1", 8, 100)
+			holdOn(h, "h2", 4, 100)
+			wait := func(r Request, prio int) *Allocation {
+				t.Helper()
+				r.Priority, r.Timeout = prio, time.Hour
+				a := h.must(&Allocate{Request: r}).Allocation
+				if a.Status != Pending {
+					t.Fatalf("%v: %s, want waiting", r, a.Status)
+				}
+				return a
+			}
+			first := wait(gangReq(4, 2), 100)
+			ahead := wait(Request{Claims: []Claim{{Type: GPU, Count: 4}}}, 100)
+			second := wait(gangReq(4, 2), 50)
+			h.must(&Release{AllocationID: big.ID})
+			for _, c := range []struct {
+				a    *Allocation
+				want AllocStatus
+			}{{first, Active}, {second, Preempted}, {ahead, Active}} {
+				if got, _ := h.s.Allocation(c.a.ID); got.Status != c.want {
+					t.Fatalf("%s: %s, want %s", c.a.ID, got.Status, c.want)
+				}
+			}
+			if got, _ := h.s.Allocation(second.ID); got.PreemptedBy != ahead.ID {
+				t.Fatalf("the second gang was preempted by %q, want %s", got.PreemptedBy, ahead.ID)
+			}
+			if err := h.s.CheckInvariants(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestGangCompanions: every claim after the first is taken whole on each
 // host of the gang.
 func TestGangCompanions(t *testing.T) {
