@@ -372,8 +372,9 @@ func (s *State) kickQueueOnce() (preempted bool) {
 	try := func(k queueKey) bool {
 		a := s.waitingAt(k)
 		if a == nil || a.Deadline <= s.now {
-			// Past its deadline: the client has given up; the next tick
-			// times it out. Placing it now would leak the devices.
+			// No longer waiting (waitingAt), or past its deadline: the
+			// client has given up; the next tick times it out. Placing
+			// it now would leak the devices.
 			return false
 		}
 		pc := s.requestPolicy(&a.Request)

@@ -182,9 +182,12 @@ func (s *State) fairOrder(keys []queueKey, try func(queueKey) bool) {
 		// then arrival.
 		best, bestScore, below := -1, 0.0, false
 		for i, ns := range names {
-			// Requests that left the queue during the pass are passed
-			// over; trying them would change nothing.
-			for next[i] < len(byNS[ns]) && s.waitingAt(byNS[ns][next[i]]) == nil {
+			// A request that ended during the pass (a gang placed on its
+			// reservation, then preempted) is passed over. One placed
+			// during it keeps its place, as it always has, and its turn
+			// changes nothing: passing over it too would reorder the
+			// namespaces and apply an existing log differently.
+			for next[i] < len(byNS[ns]) && s.allocs[byNS[ns][next[i]].id] == nil {
 				next[i]++
 			}
 			if next[i] == len(byNS[ns]) {
