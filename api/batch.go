@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
+	"github.com/dmsc/dmsc/cluster"
 )
 
 // batchKey marks the context of a request served as part of a batch.
@@ -36,21 +37,26 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx := context.WithValue(r.Context(), batchKey{}, true)
 	items := make([]itemWriter, n)
+	// On the leader the writes of the batch go to Raft together.
+	group := cluster.NewWriteGroup(n, cluster.WriteGroupMaxWait)
 	var wg sync.WaitGroup
 	for i, it := range body.Requests {
 		items[i].header = http.Header{}
-		sub, err := s.batchItem(ctx, r, it)
+		sub, err := s.batchItem(group.Member(ctx, i), r, it)
 		if err != nil {
+			group.Done(i)
 			s.writeError(&items[i], r, err)
 			continue
 		}
 		if n == 1 {
 			s.batchMux.ServeHTTP(&items[i], sub)
+			group.Done(i)
 			continue
 		}
 		wg.Add(1)
 		s.workers.run(func() {
 			defer wg.Done()
+			defer group.Done(i)
 			s.batchMux.ServeHTTP(&items[i], sub)
 		})
 	}

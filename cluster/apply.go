@@ -203,8 +203,11 @@ func (n *Node) applyLeader(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 	if dl, ok := ctx.Deadline(); ok {
 		enqueue = max(time.Until(dl), time.Millisecond)
 	}
-	var f raft.ApplyFuture
-	if err := n.raftCall(ctx, func() raft.Future { f = n.raft.Apply(data, enqueue); return f }); err != nil {
+	f, err, grouped := n.applyGrouped(ctx, data, enqueue)
+	if !grouped {
+		err = n.raftCall(ctx, func() raft.Future { f = n.raft.Apply(data, enqueue); return f })
+	}
+	if err != nil {
 		return fsm.Result{}, mapRaftErr(err)
 	}
 	res, ok := f.Response().(fsm.Result)

@@ -819,23 +819,38 @@ func waitTimeout(wait func(), d time.Duration) bool {
 // shutting Raft down: every operation issued is answered first, no waiter
 // is left behind. The wait is bounded by Raft's timeouts.
 func (n *Node) raftCall(ctx context.Context, issue func() raft.Future) error {
+	f, err := n.raftIssue(issue)
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-n.raftWait(f):
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// raftIssue issues a Raft operation holding raftMu for reading, which
+// raftWait lets go once the operation is answered (see raftCall).
+func (n *Node) raftIssue(issue func() raft.Future) (raft.Future, error) {
 	n.raftMu.RLock()
 	if n.raftClosed {
 		n.raftMu.RUnlock()
-		return raft.ErrRaftShutdown
+		return nil, raft.ErrRaftShutdown
 	}
-	f := issue()
+	return issue(), nil
+}
+
+// raftWait waits for an operation raftIssue issued, in a goroutine, and
+// returns the channel its answer comes on.
+func (n *Node) raftWait(f raft.Future) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		defer n.raftMu.RUnlock()
 		done <- f.Error()
 	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return done
 }
 
 // configuration returns the latest Raft configuration and its index.

@@ -96,10 +96,13 @@ func (n *Node) raftConfig() *raft.Config {
 	c.SnapshotThreshold = n.cfg.SnapshotThreshold
 	c.SnapshotInterval = n.cfg.SnapshotInterval
 	c.TrailingLogs = n.cfg.TrailingLogs
-	// Unbuffered: an apply is either taken (and answered) by Raft or
-	// refused at shutdown, never left in a queue. Raft batches what is
-	// waiting anyway.
-	c.BatchApplyCh = false
+	// Buffered, so that the writes of a batch proposed together
+	// (WriteGroup) are all waiting when the leader loop next takes what
+	// is there. An apply left in the buffer is still answered: by the
+	// leader loop, or with ErrNotLeader by the follower and candidate
+	// loops; and shutdown waits for every operation issued to be
+	// answered before it stops Raft (raftCall).
+	c.BatchApplyCh = true
 	// A server removed while it was away keeps running and is added back
 	// by the leader when gossip shows it alive again.
 	c.ShutdownOnRemove = false
