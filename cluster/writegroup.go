@@ -30,9 +30,9 @@ type WriteGroup struct {
 	maxWait time.Duration
 
 	mu sync.Mutex
-	// state of each member: memberPending, memberJoined or memberGone.
-	state []uint8
-	// pending counts the members neither joined nor gone.
+	// settled marks the members that have joined or finished.
+	settled []bool
+	// pending counts the members not settled.
 	pending int
 	// waiting are the joined members' entries, not yet proposed.
 	waiting []*groupEntry
@@ -41,12 +41,6 @@ type WriteGroup struct {
 	proposed bool
 	timer    *time.Timer
 }
-
-const (
-	memberPending uint8 = iota
-	memberJoined
-	memberGone
-)
 
 // groupEntry is a joined member's log entry and, once proposed (ready
 // closed), how to wait for its answer.
@@ -58,7 +52,7 @@ type groupEntry struct {
 	ready   chan struct{}
 	// Set before ready is closed: the future and the channel its wait
 	// ends on (raftWait), or the error that kept it from Raft.
-	f    raft.Future
+	f    raft.ApplyFuture
 	done <-chan error
 	err  error
 }
@@ -71,7 +65,7 @@ const WriteGroupMaxWait = 2 * time.Millisecond
 // NewWriteGroup makes a group of members writes that wait at most maxWait
 // for each other.
 func NewWriteGroup(members int, maxWait time.Duration) *WriteGroup {
-	return &WriteGroup{maxWait: maxWait, state: make([]uint8, members), pending: members}
+	return &WriteGroup{maxWait: maxWait, settled: make([]bool, members), pending: members}
 }
 
 type groupMemberKey struct{}
@@ -91,11 +85,11 @@ func (g *WriteGroup) Member(ctx context.Context, i int) context.Context {
 // stops waiting for it. Every member must call it.
 func (g *WriteGroup) Done(i int) {
 	g.mu.Lock()
-	if g.state[i] != memberPending {
+	if g.settled[i] {
 		g.mu.Unlock()
 		return
 	}
-	g.state[i] = memberGone
+	g.settled[i] = true
 	g.pending--
 	batch := g.takeLocked(false)
 	g.mu.Unlock()
@@ -122,11 +116,11 @@ func (g *WriteGroup) takeLocked(timedOut bool) []*groupEntry {
 // joined before: a retry).
 func (g *WriteGroup) join(i int, e *groupEntry) *groupEntry {
 	g.mu.Lock()
-	if g.proposed || g.state[i] != memberPending {
+	if g.proposed || g.settled[i] {
 		g.mu.Unlock()
 		return nil
 	}
-	g.state[i] = memberJoined
+	g.settled[i] = true
 	g.pending--
 	e.member = i
 	e.ready = make(chan struct{})
@@ -170,7 +164,7 @@ func propose(batch []*groupEntry) {
 	}
 	slices.SortFunc(batch, func(a, b *groupEntry) int { return cmp.Compare(a.member, b.member) })
 	for _, e := range batch {
-		e.f, e.err = e.n.raftIssue(func() raft.Future { return e.n.raft.Apply(e.data, e.enqueue) })
+		_, e.err = e.n.raftIssue(func() raft.Future { e.f = e.n.raft.Apply(e.data, e.enqueue); return e.f })
 	}
 	for _, e := range batch {
 		if e.err == nil {
@@ -204,7 +198,7 @@ func (n *Node) applyGrouped(ctx context.Context, data []byte, enqueue time.Durat
 	}
 	select {
 	case err := <-e.done:
-		return e.f.(raft.ApplyFuture), err, true
+		return e.f, err, true
 	case <-ctx.Done():
 		return nil, ctx.Err(), true
 	}
