@@ -22,8 +22,9 @@ func inBatch(ctx context.Context) bool { return ctx.Value(batchKey{}) != nil }
 
 // POST /v1/batch: several allocation writes in one HTTP exchange. Each
 // request of the batch is served as if it came alone, with the batch's
-// token, and they are served at once; on the leader their log entries
-// go to Raft together (cluster.WriteGroup). The answer holds each one's
+// token, and they are served at once; on the leader their writes go to
+// Raft together, as one log entry where every server supports it
+// (cluster.WriteGroup). The answer holds each one's
 // status and body, in order.
 // The batch takes one request slot; a request of it may not wait for
 // placement.

@@ -30,6 +30,9 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	if err := n.running(); err != nil {
 		return fsm.Result{}, err
 	}
+	if err := notBatch(cmd); err != nil {
+		return fsm.Result{}, err
+	}
 	if fsm.RequestIDOf(cmd) == "" {
 		fsm.SetRequestID(cmd, uuid.NewString())
 	}
@@ -195,7 +198,7 @@ func (n *Node) applyLeader(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 		return fsm.Result{}, err
 	}
 	fsm.Stamp(cmd, time.Now())
-	data, err := EncodeLogEntry(cmd)
+	payload, err := fsm.Encode(cmd)
 	if err != nil {
 		return fsm.Result{}, err
 	}
@@ -203,18 +206,42 @@ func (n *Node) applyLeader(ctx context.Context, cmd fsm.Command) (fsm.Result, er
 	if dl, ok := ctx.Deadline(); ok {
 		enqueue = max(time.Until(dl), time.Millisecond)
 	}
-	f, err, grouped := n.applyGrouped(ctx, data, enqueue)
-	if !grouped {
-		err = n.raftCall(ctx, func() raft.Future { f = n.raft.Apply(data, enqueue); return f })
+	res, err, grouped := n.applyGrouped(ctx, cmd, payload, enqueue)
+	if grouped {
+		return res, err
 	}
-	if err != nil {
+	var f raft.ApplyFuture
+	data := wrapCommand(cmd, payload)
+	if err := n.raftCall(ctx, func() raft.Future { f = n.raft.Apply(data, enqueue); return f }); err != nil {
 		return fsm.Result{}, mapRaftErr(err)
 	}
+	return entryResult(f, -1)
+}
+
+// entryResult is the state machine's answer to an applied entry: the
+// whole entry's (pos < 0), or that of the command at pos in a Batch. An
+// entry a halted replica refused has one answer for all its commands.
+func entryResult(f raft.ApplyFuture, pos int) (fsm.Result, error) {
 	res, ok := f.Response().(fsm.Result)
 	if !ok {
 		return fsm.Result{}, fmt.Errorf("unexpected apply response %T", f.Response())
 	}
-	return res, nil
+	if pos < 0 || res.Err != nil {
+		return res, nil
+	}
+	if pos >= len(res.Batch) {
+		return fsm.Result{}, fmt.Errorf("batch entry %d answered %d results, none for command %d", res.Index, len(res.Batch), pos)
+	}
+	return res.Batch[pos], nil
+}
+
+// notBatch refuses an fsm.Batch as a write: only the leader's WriteGroup
+// makes one, of the writes it was given.
+func notBatch(cmd fsm.Command) error {
+	if _, ok := cmd.(*fsm.Batch); ok {
+		return &fsm.Error{Code: fsm.ErrInvalid.Code, Message: "a batch entry is not a write of its own: send its writes (POST /v1/batch)"}
+	}
+	return nil
 }
 
 // RPCApply serves a forwarded write.
@@ -224,6 +251,9 @@ func (n *Node) RPCApply(ctx context.Context, req transport.ApplyRequest) (transp
 	}
 	cmd, err := fsm.Decode(req.Command)
 	if err != nil {
+		return transport.ApplyResponse{}, err
+	}
+	if err := notBatch(cmd); err != nil {
 		return transport.ApplyResponse{}, err
 	}
 	var res fsm.Result

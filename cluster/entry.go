@@ -51,11 +51,17 @@ func EncodeLogEntry(c fsm.Command) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return wrapCommand(c, payload), nil
+}
+
+// wrapCommand puts c, encoded as payload (fsm.Encode), in the envelope
+// of the format its feature level asks for.
+func wrapCommand(c fsm.Command, payload []byte) []byte {
 	since, ok := fsm.CommandNeeds(c)
 	if !ok || since.Level <= 1 {
-		return wrapLogEntry(payload), nil
+		return wrapLogEntry(payload)
 	}
-	return wrapLogEntryLevel(payload, since), nil
+	return wrapLogEntryLevel(payload, since)
 }
 
 // wrapLogEntry puts an fsm.Encode'd command in the envelope.

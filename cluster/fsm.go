@@ -160,6 +160,11 @@ func (f *RaftFSM) applyCommandLocked(l *raft.Log) (fsm.Result, error) {
 		f.fault(l.Index, c)
 	}
 	f.applies[uint8(c.Type())].Add(1)
+	if b, ok := c.(*fsm.Batch); ok {
+		for _, sub := range b.Commands {
+			f.applies[uint8(sub.Type())].Add(1)
+		}
+	}
 	res, changed := f.state.ApplyChanged(l.Index, c)
 	if err := f.state.Fault(); err != nil {
 		f.state.TakeEvents()

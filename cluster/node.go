@@ -93,6 +93,10 @@ type Node struct {
 
 	// skipFeatureGate: the TestSkipFeatureGateEnv knob (upgrade.go).
 	skipFeatureGate bool
+	// noBatchEntries, for tests only, keeps the writes of a WriteGroup
+	// in entries of their own, as when a server is older than
+	// fsm.BatchType.
+	noBatchEntries bool
 }
 
 // New checks the configuration and returns a node that is not started.
@@ -846,11 +850,16 @@ func (n *Node) raftIssue(issue func() raft.Future) (raft.Future, error) {
 // returns the channel its answer comes on.
 func (n *Node) raftWait(f raft.Future) <-chan error {
 	done := make(chan error, 1)
+	n.raftAwait(f, func(err error) { done <- err })
+	return done
+}
+
+// raftAwait is raftWait that hands the answer to then.
+func (n *Node) raftAwait(f raft.Future, then func(error)) {
 	go func() {
 		defer n.raftMu.RUnlock()
-		done <- f.Error()
+		then(f.Error())
 	}()
-	return done
 }
 
 // configuration returns the latest Raft configuration and its index.

@@ -46,7 +46,7 @@ func TestFeatureGate(t *testing.T) {
 // newerEntry is a log entry of a command type this binary does not know,
 // as a leader of a newer dmsc writes it.
 func newerEntry() []byte {
-	return wrapLogEntryLevel(append([]byte{byte(fsm.TestNoopType)}, `{"time":1}`...), fsm.Since{Level: 5, Version: "0.5.0"})
+	return wrapLogEntryLevel(append([]byte{byte(fsm.TestNoopType)}, `{"time":1}`...), fsm.Since{Level: 6, Version: "0.6.0"})
 }
 
 func TestLogEntryOfANewerVersion(t *testing.T) {
@@ -55,7 +55,7 @@ func TestLogEntryOfANewerVersion(t *testing.T) {
 	}
 	_, err := DecodeLogEntry(newerEntry())
 	var nu *fsm.NeedsUpgradeError
-	if !errors.As(err, &nu) || nu.Type != fsm.TestNoopType || nu.Level != 5 || nu.Version != "0.5.0" {
+	if !errors.As(err, &nu) || nu.Type != fsm.TestNoopType || nu.Level != 6 || nu.Version != "0.6.0" {
 		t.Fatalf("decode: %v (%+v)", err, nu)
 	}
 	if !errors.Is(err, fsm.ErrUnknownCommand) || errors.Is(err, ErrCorruptEntry) {
@@ -75,7 +75,7 @@ func TestLogEntryOfANewerVersion(t *testing.T) {
 	}
 
 	f := NewRaftFSM(fsm.New())
-	f.version = "0.4.0"
+	f.version = "0.5.0"
 	ok, _ := EncodeLogEntry(&fsm.Tick{})
 	f.ApplyBatch([]*raft.Log{
 		{Index: 1, Type: raft.LogCommand, Data: ok},
@@ -85,7 +85,7 @@ func TestLogEntryOfANewerVersion(t *testing.T) {
 	if h == nil || h.Index != 2 || h.NeedsUpgrade() == nil {
 		t.Fatalf("halt: %v", h)
 	}
-	want := "log entry 2 has command type 250, which needs dmsc >= 0.5.0 (feature level 5); this server runs dmsc 0.4.0 (feature level 4): upgrade this server"
+	want := "log entry 2 has command type 250, which needs dmsc >= 0.6.0 (feature level 6); this server runs dmsc 0.5.0 (feature level 5): upgrade this server"
 	if h.Error() != want {
 		t.Fatalf("halt message\n got: %s\nwant: %s", h.Error(), want)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/dmsc/dmsc/fsm"
 )
 
 // A WriteGroup gathers the writes of one batch (POST /v1/batch) on the
@@ -22,10 +24,11 @@ import (
 // reaches the leader's apply (applyLeader) waits there until every other
 // member has either reached it too or finished without it (an error
 // before Raft, a write forwarded to another node), or until maxWait has
-// passed since the first arrived; then the last to come hands all the
-// waiting entries to Raft at once, in member order. A member whose
-// context ends while it waits leaves the group unproposed. Nothing else
-// changes: each entry is still its own log entry with its own answer.
+// passed since the first arrived; then the last to come proposes all the
+// waiting writes at once, in member order: as one fsm.Batch entry when
+// every server supports it, else as entries of their own handed to Raft
+// one right after the other (propose). A member whose context ends while
+// it waits leaves the group unproposed. Each write keeps its own answer.
 type WriteGroup struct {
 	maxWait time.Duration
 
@@ -42,18 +45,27 @@ type WriteGroup struct {
 	timer    *time.Timer
 }
 
-// groupEntry is a joined member's log entry and, once proposed (ready
-// closed), how to wait for its answer.
+// groupEntry is a joined member's command and, once proposed (ready
+// closed), the proposal that carries it.
 type groupEntry struct {
 	member  int
 	n       *Node
-	data    []byte
+	cmd     fsm.Command
+	payload []byte // fsm.Encode(cmd)
 	enqueue time.Duration
 	ready   chan struct{}
-	// Set before ready is closed: the future and the channel its wait
-	// ends on (raftWait), or the error that kept it from Raft.
-	f    raft.ApplyFuture
-	done <-chan error
+	// Set before ready is closed: the log entry the command went in and
+	// its place there (-1: the entry is the command alone).
+	p   *proposal
+	pos int
+}
+
+// proposal is one log entry handed to Raft for the group.
+type proposal struct {
+	f raft.ApplyFuture
+	// done is closed once err is set: what kept the entry from Raft, or
+	// Raft's answer to it.
+	done chan struct{}
 	err  error
 }
 
@@ -153,53 +165,109 @@ func (g *WriteGroup) leave(e *groupEntry) bool {
 	return false
 }
 
-// propose hands the entries to Raft in member order, one right after the
-// other: Raft's apply channel is buffered (raftConfig), so they wait there
-// together for the leader loop, which takes what is waiting when it next
-// looks. The waits for the answers start only after the last is handed
-// over, so that little comes between two.
+// propose hands the entries to Raft in member order. When there are
+// several, they are allocation writes and every server supports it
+// (feature level 5), they go as one log entry, an fsm.Batch: one entry
+// to store, send and apply for the lot. Otherwise each is its own entry,
+// handed over one right after the other: Raft's apply channel is
+// buffered (raftConfig), so they wait there together for the leader
+// loop, which takes what is waiting when it next looks. The waits for
+// the answers start only after the last is handed over, so that little
+// comes between two.
 func propose(batch []*groupEntry) {
 	if len(batch) == 0 {
 		return
 	}
 	slices.SortFunc(batch, func(a, b *groupEntry) int { return cmp.Compare(a.member, b.member) })
-	for _, e := range batch {
-		_, e.err = e.n.raftIssue(func() raft.Future { e.f = e.n.raft.Apply(e.data, e.enqueue); return e.f })
+	n := batch[0].n
+	if len(batch) > 1 && n.batchEntries(batch) {
+		encoded := make([][]byte, len(batch))
+		enqueue := batch[0].enqueue
+		for k, e := range batch {
+			encoded[k], enqueue = e.payload, min(enqueue, e.enqueue)
+		}
+		p := n.issue(wrapCommand(&fsm.Batch{}, fsm.EncodeBatch(encoded)), enqueue)
+		for k, e := range batch {
+			e.p, e.pos = p, k
+		}
+	} else {
+		for _, e := range batch {
+			e.p, e.pos = n.issue(wrapCommand(e.cmd, e.payload), e.enqueue), -1
+		}
 	}
+	var last *proposal
 	for _, e := range batch {
-		if e.err == nil {
-			e.done = e.n.raftWait(e.f)
+		if e.p != last {
+			n.await(e.p)
+			last = e.p
 		}
 		close(e.ready)
 	}
 }
 
-// applyGrouped proposes data as member of the group in ctx, if there is
-// one and this write may join it; ok is false when it is to go alone.
-func (n *Node) applyGrouped(ctx context.Context, data []byte, enqueue time.Duration) (f raft.ApplyFuture, err error, ok bool) {
+// batchEntries reports whether the entries may go as one fsm.Batch.
+func (n *Node) batchEntries(batch []*groupEntry) bool {
+	if n.noBatchEntries || len(batch) > fsm.MaxBatchCommands {
+		return false
+	}
+	for _, e := range batch {
+		if !fsm.Batchable(e.cmd) {
+			return false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return n.checkFeature(ctx, &fsm.Batch{}) == nil
+}
+
+// issue hands a log entry to Raft (raftIssue).
+func (n *Node) issue(data []byte, enqueue time.Duration) *proposal {
+	p := &proposal{done: make(chan struct{})}
+	_, p.err = n.raftIssue(func() raft.Future { p.f = n.raft.Apply(data, enqueue); return p.f })
+	return p
+}
+
+// await waits for an issued proposal's answer, in a goroutine (raftWait),
+// and then closes its done.
+func (n *Node) await(p *proposal) {
+	if p.err != nil {
+		close(p.done)
+		return
+	}
+	n.raftAwait(p.f, func(err error) {
+		p.err = err
+		close(p.done)
+	})
+}
+
+// applyGrouped applies cmd, encoded as payload, as member of the group in
+// ctx, if there is one and this write may join it; grouped is false when
+// it is to go alone.
+func (n *Node) applyGrouped(ctx context.Context, cmd fsm.Command, payload []byte, enqueue time.Duration) (res fsm.Result, err error, grouped bool) {
 	m, isMember := ctx.Value(groupMemberKey{}).(groupMember)
 	if !isMember {
-		return nil, nil, false
+		return res, nil, false
 	}
-	e := m.g.join(m.i, &groupEntry{n: n, data: data, enqueue: enqueue})
+	e := m.g.join(m.i, &groupEntry{n: n, cmd: cmd, payload: payload, enqueue: enqueue})
 	if e == nil {
-		return nil, nil, false
+		return res, nil, false
 	}
 	select {
 	case <-e.ready:
 	case <-ctx.Done():
 		if m.g.leave(e) {
-			return nil, ctx.Err(), true
+			return res, mapRaftErr(ctx.Err()), true
 		}
-		<-e.ready // being proposed now: wait for the future as below
-	}
-	if e.err != nil {
-		return nil, e.err, true
+		<-e.ready // being proposed now: wait for the answer as below
 	}
 	select {
-	case err := <-e.done:
-		return e.f, err, true
+	case <-e.p.done:
+		if e.p.err != nil {
+			return res, mapRaftErr(e.p.err), true
+		}
+		res, err = entryResult(e.p.f, e.pos)
+		return res, err, true
 	case <-ctx.Done():
-		return nil, ctx.Err(), true
+		return res, mapRaftErr(ctx.Err()), true
 	}
 }

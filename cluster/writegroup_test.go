@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dmsc/dmsc/fsm"
+	"github.com/dmsc/dmsc/transport"
 )
 
 // groupServer starts one server with a host of eight GPUs.
@@ -14,12 +16,18 @@ func groupServer(t *testing.T) *Node {
 	t.Helper()
 	tc := newTestCluster(t, nil)
 	leader := tc.waitLeader(tc.servers(1)...)
+	groupHost(t, leader)
+	return leader
+}
+
+// groupHost registers a host of eight GPUs.
+func groupHost(t *testing.T, n *Node) {
+	t.Helper()
 	devs := make([]fsm.DeviceSpec, 8)
 	for i := range devs {
 		devs[i] = gpu(fmt.Sprintf("g%d", i), 80)
 	}
-	mustApply(t, leader, staticHost("h1", devs...))
-	return leader
+	mustApply(t, n, staticHost("h1", devs...))
 }
 
 // waitingIn reports how many entries wait in the group.
@@ -37,45 +45,100 @@ type groupAnswer struct {
 
 // applyMember applies a one-GPU allocate as member i of g.
 func applyMember(ctx context.Context, n *Node, g *WriteGroup, i int, out chan<- groupAnswer) {
-	res, err := n.Apply(g.Member(ctx, i), gpuRequest(10))
+	cmd := gpuRequest(10)
+	res, err := n.Apply(g.Member(ctx, i), cmd)
+	if err == nil && res.Err == nil && (res.Allocation == nil || res.Allocation.ID != cmd.AllocationID) {
+		err = fmt.Errorf("member %d got the answer %+v, not its own allocation %s", i, res.Allocation, cmd.AllocationID)
+	}
 	out <- groupAnswer{i, res, err}
 }
 
 // The members reach the leader last first, each after the one before has
 // joined; they are proposed together, in member order, when the last
-// arrives. Without the group each would be proposed when it came.
+// arrives: as one Batch entry, or, where a server is too old for it, as
+// entries of their own with consecutive indexes. Without the group each
+// would be proposed when it came.
 func TestWriteGroupProposesTogetherInMemberOrder(t *testing.T) {
-	leader := groupServer(t)
-	const members = 6
+	for _, batch := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batch entry %v", batch), func(t *testing.T) {
+			leader := groupServer(t)
+			leader.noBatchEntries = !batch
+			batches := leader.fsm.CommandsApplied(fsm.BatchType)
+			const members = 6
+			g := NewWriteGroup(members, time.Minute)
+			out := make(chan groupAnswer, members)
+			ctx := ctxT(t, 20*time.Second)
+			for i := members - 1; i >= 0; i-- {
+				go applyMember(ctx, leader, g, i, out)
+				if i > 0 {
+					want := members - i
+					poll(t, 5*time.Second, "member to join", func() error {
+						if got := waitingIn(g); got != want {
+							return fmt.Errorf("%d entries wait, want %d", got, want)
+						}
+						return nil
+					})
+				}
+			}
+			index := make([]uint64, members)
+			seq := make([]uint64, members)
+			for range members {
+				a := <-out
+				if a.err != nil || a.res.Err != nil {
+					t.Fatalf("member %d: %v / %v", a.member, a.err, a.res.Err)
+				}
+				index[a.member], seq[a.member] = a.res.Index, a.res.Allocation.Seq
+				g.Done(a.member)
+			}
+			for i := 1; i < members; i++ {
+				if seq[i] <= seq[i-1] {
+					t.Fatalf("allocations by member %v: want them made in member order", seq)
+				}
+				if batch && index[i] != index[0] || !batch && index[i] != index[i-1]+1 {
+					t.Fatalf("log indexes by member %v: want one entry %v, else consecutive, in member order", index, batch)
+				}
+			}
+			if got := leader.fsm.CommandsApplied(fsm.BatchType) - batches; batch && got != 1 || !batch && got != 0 {
+				t.Fatalf("%d batch entries applied", got)
+			}
+		})
+	}
+}
+
+// Replicas apply a Batch entry alike: their snapshots are the same bytes.
+func TestWriteGroupBatchOnReplicas(t *testing.T) {
+	tc := newTestCluster(t, nil)
+	nodes := tc.servers(3)
+	leader := tc.waitLeader(nodes...)
+	groupHost(t, leader)
+	poll(t, 10*time.Second, "every server to advertise its feature level", func() error {
+		return leader.checkFeature(ctxT(t, time.Second), &fsm.Batch{})
+	})
+	const members = 12
 	g := NewWriteGroup(members, time.Minute)
 	out := make(chan groupAnswer, members)
 	ctx := ctxT(t, 20*time.Second)
-	for i := members - 1; i >= 0; i-- {
+	for i := range members {
 		go applyMember(ctx, leader, g, i, out)
-		if i > 0 {
-			want := members - i
-			poll(t, 5*time.Second, "member to join", func() error {
-				if got := waitingIn(g); got != want {
-					return fmt.Errorf("%d entries wait, want %d", got, want)
-				}
-				return nil
-			})
-		}
 	}
-	index := make([]uint64, members)
+	refused := 0
 	for range members {
 		a := <-out
-		if a.err != nil || a.res.Err != nil {
-			t.Fatalf("member %d: %v / %v", a.member, a.err, a.res.Err)
+		if a.err != nil {
+			t.Fatalf("member %d: %v", a.member, a.err)
 		}
-		index[a.member] = a.res.Index
+		if a.res.Err != nil {
+			refused++ // eight GPUs for twelve
+		}
 		g.Done(a.member)
 	}
-	for i := 1; i < members; i++ {
-		if index[i] != index[i-1]+1 {
-			t.Fatalf("log indexes by member %v: want consecutive, in member order", index)
-		}
+	if refused != members-8 {
+		t.Fatalf("%d members refused, want %d", refused, members-8)
 	}
+	if got := leader.fsm.CommandsApplied(fsm.BatchType); got != 1 {
+		t.Fatalf("%d batch entries applied on the leader, want 1", got)
+	}
+	waitSame(t, nodes...)
 }
 
 // A member that finishes without reaching Raft (refused before it, sent
@@ -149,4 +212,23 @@ func TestWriteGroupMemberCancelledWhileWaiting(t *testing.T) {
 			t.Fatalf("allocation %s of the cancelled member exists", cmd.AllocationID)
 		}
 	})
+}
+
+// A Batch is no write of its own: Apply and the node RPC refuse it.
+func TestApplyRefusesABatch(t *testing.T) {
+	leader := groupServer(t)
+	b := &fsm.Batch{Commands: []fsm.Command{&fsm.Release{AllocationID: "a"}}}
+	if _, err := leader.Apply(ctxT(t, 5*time.Second), b); !errors.Is(err, fsm.ErrInvalid) {
+		t.Fatalf("Apply of a batch: %v, want ErrInvalid", err)
+	}
+	raw, err := fsm.Encode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.RPCApply(ctxT(t, 5*time.Second), transport.ApplyRequest{Command: raw, LeaderOnly: true}); !errors.Is(err, fsm.ErrInvalid) {
+		t.Fatalf("RPCApply of a batch: %v, want ErrInvalid", err)
+	}
+	if got := leader.fsm.CommandsApplied(fsm.BatchType); got != 0 {
+		t.Fatalf("%d batch entries applied", got)
+	}
 }

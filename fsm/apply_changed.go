@@ -8,6 +8,9 @@ package fsm
 // (it only moves the clock, which no reader waits for). A Raft adapter
 // uses it to wake blocking queries only for changes.
 func (s *State) ApplyChanged(idx uint64, c Command) (Result, bool) {
+	if b, ok := c.(*Batch); ok {
+		return s.applyBatch(idx, b)
+	}
 	quiet := s.quietTick(c)
 	res := s.Apply(idx, c)
 	changed := !quiet && res.Index == idx && (res.Err == nil || isRecorded(res.Err))

@@ -404,7 +404,7 @@ func TestDecodeRefuses(t *testing.T) {
 	}{
 		{"empty", nil, fsm.ErrInvalid},
 		{"type 0", []byte{0, '{', '}'}, fsm.ErrUnknownCommand},
-		{"type after the last", []byte{byte(fsm.SetQueueConfigType) + 1, '{', '}'}, fsm.ErrUnknownCommand},
+		{"type after the last", []byte{byte(fsm.BatchType) + 1, '{', '}'}, fsm.ErrUnknownCommand},
 		{"type 255", []byte{255}, fsm.ErrUnknownCommand},
 		{"no payload", []byte{byte(fsm.AllocateType)}, fsm.ErrInvalid},
 		{"truncated payload", append([]byte{byte(fsm.AllocateType)}, `{"request":{"claims":[`...), fsm.ErrInvalid},

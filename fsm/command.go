@@ -259,6 +259,9 @@ func SetRequestID(c Command, id string) { c.meta().RequestID = id }
 
 // Encode writes a command as its type byte followed by its JSON payload.
 func Encode(c Command) ([]byte, error) {
+	if b, ok := c.(*Batch); ok {
+		return encodeBatch(b)
+	}
 	payload, err := json.Marshal(c)
 	if err != nil {
 		return nil, errf(ErrInvalid, "encode command: %v", err)
@@ -292,6 +295,9 @@ func Decode(b []byte) (Command, error) {
 func decodeWith(b []byte, unmarshal func([]byte, any) error) (Command, error) {
 	if len(b) == 0 {
 		return nil, errf(ErrInvalid, "empty command")
+	}
+	if CommandType(b[0]) == BatchType {
+		return decodeBatch(b[1:], unmarshal)
 	}
 	c := newCommand(CommandType(b[0]))
 	if c == nil {

@@ -72,6 +72,7 @@ func readAlike(t *testing.T, raw []byte) {
 // Encode's output as encoding/json does (readAlike).
 func FuzzDecode(f *testing.F) {
 	seedState := newPopulated(f)
+	var batch [][]byte
 	for _, c := range fuzzSeedCommands(seedState) {
 		fsm.Stamp(c, time.Unix(0, seedState.now+int64(time.Second)))
 		raw, err := fsm.Encode(c)
@@ -79,7 +80,11 @@ func FuzzDecode(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(raw)
+		if fsm.Batchable(c) {
+			batch = append(batch, raw)
+		}
 	}
+	f.Add(fsm.EncodeBatch(batch))
 	f.Add([]byte{})
 	f.Add([]byte{byte(fsm.AllocateType), '{', '}'})
 	f.Add([]byte{byte(fsm.ACLTokenDeleteType) + 1})

@@ -78,6 +78,8 @@ type Result struct {
 	Allocation *Allocation `json:"allocation,omitempty"`
 	// Err is nil or an *Error.
 	Err error `json:"-"`
+	// Batch holds the result of each command of a Batch, in order.
+	Batch []Result `json:"-"`
 }
 
 // New returns an empty state with the default policies and retention.
@@ -127,6 +129,10 @@ func (s *State) LastIndex() uint64 { return s.last }
 // changes nothing, except a request refused for lack of capacity, which is
 // recorded in the history as failed.
 func (s *State) Apply(idx uint64, c Command) Result {
+	if b, ok := c.(*Batch); ok {
+		res, _ := s.applyBatch(idx, b)
+		return res
+	}
 	m := c.meta()
 	var digest string
 	if m.RequestID != "" {

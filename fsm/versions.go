@@ -13,7 +13,7 @@ import (
 // command's level (cluster/DESIGN.md, "Rolling upgrades"). Level 1 is
 // the first release: command types 1–17, snapshot format 2 (format 1
 // still restores) and RegisterHost's inventory hash. Level 2 (0.2.0)
-// adds DrainHost, level 3 (0.3.0) SetQuota and SetQueueConfig. A release that adds a command
+// adds DrainHost, level 3 (0.3.0) SetQuota and SetQueueConfig, level 4 (0.4.0) gangs and topology (topologySince), level 5 (0.5.0) Batch. A release that adds a command
 // type raises the level by one and lists the type below with the level
 // and the first version that knows it. Levels only grow; a type never
 // changes level.
@@ -26,7 +26,7 @@ type Since struct {
 }
 
 // baseLevel is the level of this release without test knobs.
-const baseLevel = 4
+const baseLevel = 5
 
 // commandSince is the table of every command type this binary knows.
 var commandSince = map[CommandType]Since{
@@ -50,10 +50,11 @@ var commandSince = map[CommandType]Since{
 	DrainHostType:        {2, "0.2.0"},
 	SetQuotaType:         {3, "0.3.0"},
 	SetQueueConfigType:   {3, "0.3.0"},
+	BatchType:            {5, "0.5.0"},
 }
 
 // levelVersions is the first version of each feature level, from 1.
-var levelVersions = []string{"0.1.0", "0.2.0", "0.3.0", "0.4.0"}
+var levelVersions = []string{"0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0"}
 
 // topologySince is when an Allocate may carry a gang (max_hosts,
 // min_per_host, same) or a claim's topology, and a RegisterHost devices'
@@ -92,7 +93,7 @@ const TestNoopType CommandType = 250
 
 // testNoopSince is the level and version the test command pretends to
 // need.
-var testNoopSince = Since{Level: baseLevel + 1, Version: "0.5.0"}
+var testNoopSince = Since{Level: baseLevel + 1, Version: "0.6.0"}
 
 var testNoop atomic.Bool
 
