@@ -322,7 +322,7 @@ func (b *runner) table() {
 			ServersCPU: median(rs, func(x runResult) float64 { return x.ServersCPU })}
 	}
 	slices.SortStableFunc(keys, func(a, b key) int { return a.clients - b.clients })
-	fmt.Fprintf(b.out, "\nmedians of %d rounds (writes: etcd puts; dmsc allocate and release requests, one Raft entry each; latency of one put or allocate request)\n\n", b.o.rounds)
+	fmt.Fprintf(b.out, "\nmedians of %d rounds (writes: etcd puts; dmsc allocate and release requests, each committed and fsynced on a quorum; one Raft entry each, but one for all the writes of a batch in dmsc-batch; latency of one put or allocate request)\n\n", b.o.rounds)
 	fmt.Fprintf(b.out, "| system | clients | writes/s | p50 ms | p99 ms | CPU ms/write (servers) | writes vs etcd | p99 vs etcd |\n")
 	fmt.Fprintf(b.out, "|---|---|---|---|---|---|---|---|\n")
 	for _, k := range keys {

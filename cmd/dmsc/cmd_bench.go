@@ -57,8 +57,9 @@ Usage: dmsc bench [options]
   p99, max, mean}, writes_per_sec, errors, clients, duration_s, nodes,
   by_op, by_request, ...). by_request times each HTTP request on its own
   (allocate, release, read, renew); writes_per_sec counts the successful
-  writes (allocate, release, renew: one Raft entry each). It exits 1 when
-  no operation succeeded.
+  writes (allocate, release, renew: one Raft entry each; with -batch
+  the writes of one batch share an entry). It exits 1 when no operation
+  succeeded.
 
   Against a running cluster it removes the hosts it registered at the
   end. With -spawn N it starts N agents of this binary as separate
