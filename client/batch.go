@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
 )
@@ -19,14 +20,32 @@ import (
 // fewer (BENCHMARKS.md).
 const batchesInFlight = 1
 
+// maxRegather bounds how long the next batch to a node waits, after one
+// returns, for the writers it answered to send again (batcher).
+const maxRegather = time.Millisecond
+
 // batcher gathers the allocation writes that goroutines send at once into
 // POST /v1/batch exchanges (Config.BatchWrites): a write goes at once when
 // fewer than batchesInFlight batches are in flight to its node, and
 // otherwise waits for one to return and goes with every write that came
-// meanwhile, up to wire.MaxBatch; a full batch goes without waiting. Each write keeps its own context, its
-// own answer and the retry rules of a write sent alone.
+// meanwhile, up to wire.MaxBatch; a full batch goes without waiting. Each
+// write keeps its own context, its own answer and the retry rules of a
+// write sent alone.
+//
+// When a batch returns, the goroutines it answered often send their next
+// write at once. Sent right away, the next batch would leave them for the
+// one after, and the writers would split into two halves taking turns,
+// each waiting for the other's round trip as well as its own. So the next
+// batch waits until as many writes wait as the last one answered, or
+// until a quarter of its round trip has passed (maxRegather at most),
+// whichever comes first.
 type batcher struct {
 	c *Client
+	// The wait for the writers a batch answered lasts at most a
+	// regatherShare-th of the batch's round trip (none if 0), and at most
+	// regatherMax.
+	regatherShare int
+	regatherMax   time.Duration
 	// off is set when a node answered POST /v1/batch with 404 or 405 (a
 	// release without it): writes go alone from then on.
 	off atomic.Bool
@@ -38,6 +57,11 @@ type batcher struct {
 type batchQueue struct {
 	waiting  []*batchCall
 	inFlight int
+	// regather, while a batch waits for the writers the last one
+	// answered (batcher), is how many writes it waits for; the timer
+	// ends the wait.
+	regather int
+	timer    *time.Timer
 }
 
 // batchCall is one write in a batch and, once done is closed, its answer.
@@ -53,7 +77,7 @@ type batchCall struct {
 }
 
 func newBatcher(c *Client) *batcher {
-	return &batcher{c: c, nodes: map[string]*batchQueue{}}
+	return &batcher{c: c, nodes: map[string]*batchQueue{}, regatherShare: 4, regatherMax: maxRegather}
 }
 
 // send is Client.once for a batchable write.
@@ -66,7 +90,9 @@ func (b *batcher) send(ctx context.Context, addr string, rq *request) (*answer, 
 		b.nodes[addr] = q
 	}
 	q.waiting = append(q.waiting, call)
-	b.startLocked(addr, q)
+	if q.regather == 0 || len(q.waiting) >= q.regather {
+		b.startLocked(addr, q)
+	}
 	b.mu.Unlock()
 	select {
 	case <-call.done:
@@ -110,6 +136,11 @@ func (b *batcher) startLocked(addr string, q *batchQueue) {
 		if len(calls) == 0 {
 			return
 		}
+		q.regather = 0
+		if q.timer != nil {
+			q.timer.Stop()
+			q.timer = nil
+		}
 		q.inFlight++
 		go b.exchange(addr, q, calls)
 	}
@@ -117,11 +148,34 @@ func (b *batcher) startLocked(addr string, q *batchQueue) {
 
 // exchange sends one batch and hands each write its answer.
 func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
+	start := time.Now()
 	defer func() {
 		b.mu.Lock()
+		defer b.mu.Unlock()
 		q.inFlight--
-		b.startLocked(addr, q)
-		b.mu.Unlock()
+		if len(q.waiting) >= len(calls) || q.inFlight >= batchesInFlight {
+			b.startLocked(addr, q)
+			return
+		}
+		// Wait a little for the writers just answered (batcher).
+		q.regather = len(calls)
+		if q.timer == nil {
+			var t *time.Timer
+			wait := b.regatherMax
+			if b.regatherShare > 0 {
+				wait = min(wait, time.Since(start)/time.Duration(b.regatherShare))
+			}
+			t = time.AfterFunc(wait, func() {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				if q.timer != t {
+					return // a batch went meanwhile
+				}
+				q.regather, q.timer = 0, nil
+				b.startLocked(addr, q)
+			})
+			q.timer = t
+		}
 	}()
 	req := wire.BatchRequest{Requests: make([]wire.BatchItem, len(calls))}
 	for i, call := range calls {

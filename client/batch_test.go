@@ -189,3 +189,94 @@ func TestBatchWritesFullBatchGoesAtOnce(t *testing.T) {
 		t.Fatalf("the second batch held %d writes, want %d", n, wire.MaxBatch)
 	}
 }
+
+// When a batch returns, the next waits for the writers it answered to
+// send again, and takes them all; without that wait it would go with the
+// first to come, and the writers would split into batches taking turns.
+func TestBatchWritesRegather(t *testing.T) {
+	node := newBatchNode(t, true)
+	c, ctx := batchingClient(t, node)
+	// The count ends the wait, not the clock.
+	c.batches.regatherMax, c.batches.regatherShare = time.Minute, 0
+	const writers = 8
+	// The first write goes alone and is held; the writers gather behind
+	// it, then each writes twice more as soon as it is answered.
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := c.Allocate(ctx, AllocateRequest{RequestID: "w-0", Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
+		first <- err
+	}()
+	poll(t, func() bool { node.mu.Lock(); defer node.mu.Unlock(); return len(node.batches) == 1 })
+	errs := make(chan error, writers)
+	for i := range writers {
+		go func() {
+			for k := range 3 {
+				if _, _, err := c.Allocate(ctx, AllocateRequest{RequestID: fmt.Sprintf("l-%d-%d", i, k), Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	poll(t, func() bool { return c.batches.waiting() == writers })
+	close(node.hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	sizes := make([]int, len(node.batches))
+	for i, b := range node.batches {
+		sizes[i] = len(b)
+	}
+	if fmt.Sprint(sizes) != fmt.Sprint([]int{1, writers, writers, writers}) {
+		t.Fatalf("batch sizes %v, want [1 %d %d %d]", sizes, writers, writers, writers)
+	}
+}
+
+// The wait for the writers a batch answered is bounded: when they do not
+// write again, a write that comes alone goes after regatherMax.
+func TestBatchWritesRegatherIsBounded(t *testing.T) {
+	node := newBatchNode(t, true)
+	c, ctx := batchingClient(t, node)
+	const bound = 300 * time.Millisecond
+	c.batches.regatherMax, c.batches.regatherShare = bound, 0
+	allocate := func(id string) error {
+		_, _, err := c.Allocate(ctx, AllocateRequest{RequestID: id, Request: Request{Claims: []Claim{{Type: GPU, Count: 1}}}})
+		return err
+	}
+	// A held batch of one, then a batch of three that gathered behind it.
+	errs := make(chan error, 4)
+	go func() { errs <- allocate("w-0") }()
+	poll(t, func() bool { node.mu.Lock(); defer node.mu.Unlock(); return len(node.batches) == 1 })
+	for i := range 3 {
+		go func() { errs <- allocate(fmt.Sprintf("w-%d", i+1)) }()
+	}
+	poll(t, func() bool { return c.batches.waiting() == 3 })
+	close(node.hold)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its three writers write no more: a write alone waits for them, as
+	// long as the bound.
+	start := time.Now()
+	if err := allocate("alone"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < bound*3/4 || took > 10*time.Second {
+		t.Fatalf("a write alone after a batch of three took %v, want about %v", took, bound)
+	}
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	if n := len(node.batches); n != 3 || len(node.batches[2]) != 1 {
+		t.Fatalf("%d batches, want 3, the last of the write alone", n)
+	}
+}
