@@ -106,7 +106,9 @@ type Config struct {
 	// placement), releases, renewals and cancels that goroutines send at
 	// once into POST /v1/batch exchanges (batch.go): fewer HTTP exchanges
 	// under concurrent load, each write answered and retried as if sent
-	// alone.
+	// alone. One batch is in flight per node; when it returns, the next
+	// waits up to a quarter of its round trip (1 ms at most) for the
+	// goroutines it answered to write again.
 	BatchWrites bool
 }
 
