@@ -22,12 +22,24 @@ import (
 // carries entries up to the leader's commit index is unchanged, and one
 // that carries none names the leader's last index as its previous entry
 // once the follower has caught up.
+//
+// It also fences the heartbeat handler, which the network transport calls
+// on its own connection goroutines, apart from Raft's loops: a heartbeat
+// that reached it just before Raft stopped could otherwise still write
+// the term to the stable store after the node closed it, and Raft panics
+// on a store that fails. Close waits for the heartbeats being handled and
+// refuses later ones, so the stores close only after.
 type commitBoundTransport struct {
 	*raft.NetworkTransport
 	out  chan raft.RPC
 	stop chan struct{}
 	once sync.Once
 	done sync.WaitGroup
+
+	// hbMu is held for reading while a heartbeat is handled; hbClosed,
+	// set under it for writing, refuses the later ones.
+	hbMu     sync.RWMutex
+	hbClosed bool
 }
 
 func newCommitBoundTransport(t *raft.NetworkTransport) *commitBoundTransport {
@@ -68,10 +80,32 @@ func boundCommit(req *raft.AppendEntriesRequest) {
 	}
 }
 
-// Close closes the transport and stops forwarding.
+// SetHeartbeatHandler hands Raft's heartbeat handler to the network
+// transport, fenced by Close.
+func (c *commitBoundTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil {
+		c.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	c.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		c.hbMu.RLock()
+		defer c.hbMu.RUnlock()
+		if c.hbClosed {
+			rpc.Respond(nil, raft.ErrTransportShutdown)
+			return
+		}
+		cb(rpc)
+	})
+}
+
+// Close closes the transport, stops forwarding, and waits for the
+// heartbeats being handled.
 func (c *commitBoundTransport) Close() error {
 	err := c.NetworkTransport.Close()
 	c.once.Do(func() { close(c.stop) })
 	c.done.Wait()
+	c.hbMu.Lock()
+	c.hbClosed = true
+	c.hbMu.Unlock()
 	return err
 }

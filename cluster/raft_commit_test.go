@@ -66,3 +66,59 @@ func TestAppendEntriesCommitIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestTransportCloseWaitsForHeartbeats: a heartbeat the network transport
+// is handling when the node stops (Raft's handler writes the term to the
+// stable store) holds Close until it is done, so the stores close after
+// it; without the fence Close returned at once and a late heartbeat
+// panicked Raft on a closed store.
+func TestTransportCloseWaitsForHeartbeats(t *testing.T) {
+	newTrans := func() *raft.NetworkTransport {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: newRaftStream(ln, ln.Addr(), nil), MaxPool: 2, Timeout: 5 * time.Second, Logger: hclog.NewNullLogger(),
+		})
+	}
+	sender := newTrans()
+	defer func() {
+		sender.CloseStreams()
+		sender.Close()
+	}()
+	receiver := newCommitBoundTransport(newTrans())
+	entered, release := make(chan struct{}), make(chan struct{})
+	receiver.SetHeartbeatHandler(func(rpc raft.RPC) {
+		close(entered)
+		<-release
+		rpc.Respond(&raft.AppendEntriesResponse{Term: 5, Success: true}, nil)
+	})
+	go func() {
+		var resp raft.AppendEntriesResponse
+		heartbeat := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("s9"), Addr: []byte(sender.LocalAddr())}, Term: 5}
+		_ = sender.AppendEntries("s1", receiver.LocalAddr(), heartbeat, &resp)
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat never reached the handler")
+	}
+	closed := make(chan struct{})
+	go func() {
+		receiver.CloseStreams()
+		receiver.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a heartbeat was being handled")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return once the heartbeat was handled")
+	}
+}
