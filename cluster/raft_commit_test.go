@@ -9,22 +9,25 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// newTestNetTransport is a Raft network transport on 127.0.0.1 whose
+// streams close the connections they accepted, as a node's do.
+func newTestNetTransport(t *testing.T, timeout time.Duration) *raft.NetworkTransport {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: newRaftStream(ln, ln.Addr(), nil), MaxPool: 2, Timeout: timeout, Logger: hclog.NewNullLogger(),
+	})
+}
+
 // TestAppendEntriesCommitIsBounded: a follower never learns a commit index
 // beyond the last entry a request carries, so it cannot commit entries of
 // its own that the leader never matched.
 func TestAppendEntriesCommitIsBounded(t *testing.T) {
-	// Streams that close the connections they accepted, as a node's do.
-	newTrans := func() *raft.NetworkTransport {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: newRaftStream(ln, ln.Addr(), nil), MaxPool: 2, Timeout: time.Second, Logger: hclog.NewNullLogger(),
-		})
-	}
-	sender := newTrans()
-	receiver := newCommitBoundTransport(newTrans())
+	sender := newTestNetTransport(t, time.Second)
+	receiver := newCommitBoundTransport(newTestNetTransport(t, time.Second))
 	defer func() {
 		sender.CloseStreams()
 		sender.Close()
@@ -73,21 +76,12 @@ func TestAppendEntriesCommitIsBounded(t *testing.T) {
 // it; without the fence Close returned at once and a late heartbeat
 // panicked Raft on a closed store.
 func TestTransportCloseWaitsForHeartbeats(t *testing.T) {
-	newTrans := func() *raft.NetworkTransport {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: newRaftStream(ln, ln.Addr(), nil), MaxPool: 2, Timeout: 5 * time.Second, Logger: hclog.NewNullLogger(),
-		})
-	}
-	sender := newTrans()
+	sender := newTestNetTransport(t, 5*time.Second)
 	defer func() {
 		sender.CloseStreams()
 		sender.Close()
 	}()
-	receiver := newCommitBoundTransport(newTrans())
+	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second))
 	entered, release := make(chan struct{}), make(chan struct{})
 	receiver.SetHeartbeatHandler(func(rpc raft.RPC) {
 		close(entered)
