@@ -209,7 +209,7 @@ func (n *Node) startRaft() error {
 		MaxPool: 3,
 		Timeout: raftIOTimeout,
 		Logger:  n.log.Named("raft-net"),
-	}))
+	}), n.log.Named("raft-net"))
 	n.fsm = NewRaftFSM(fsm.New())
 	n.fsm.version = n.cfg.Version
 	n.setupIntegrity()
@@ -226,6 +226,14 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.raft = r
+	n.raftTrans.setReplica(&replicaView{
+		term: r.CurrentTerm, applied: r.AppliedIndex,
+		header: raft.RPCHeader{
+			ProtocolVersion: n.raftConfig().ProtocolVersion,
+			ID:              []byte(n.cfg.NodeID),
+			Addr:            n.raftTrans.EncodePeer(raft.ServerID(n.cfg.NodeID), raft.ServerAddress(n.raftAddr)),
+		},
+	})
 	n.watchLeader()
 	if existing {
 		if err := markMember(n.cfg.DataDir); n.cfg.DataDir != "" && err != nil {

@@ -1,8 +1,11 @@
 package cluster
 
 import (
+	"io"
 	"sync"
+	"sync/atomic"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -23,6 +26,22 @@ import (
 // that carries none names the leader's last index as its previous entry
 // once the follower has caught up.
 //
+// It also keeps a snapshot older than the replica's state from reaching
+// Raft. hashicorp/raft installs any InstallSnapshot request of the
+// current term, even one whose snapshot is older than what the replica
+// has applied, and restarts applying from there: the state goes back in
+// time while the applied index the node serves consistent reads by does
+// not, and the entries after the snapshot may no longer be in the log
+// (panic). Such a request comes late: a leader that sent a small
+// snapshot to a frozen follower times out and closes the connection, but
+// the request is whole in the follower's socket buffer and is served
+// when it wakes, possibly after a newer snapshot sent on another
+// connection. A request whose snapshot ends at or before the entry the
+// replica applied last is answered here as installed (the replica holds
+// that state and more), its data read and dropped. Each InstallSnapshot
+// that goes to Raft is answered before the next request is handed on, so
+// that the check sees what it installed.
+//
 // It also fences the heartbeat handler, which the network transport calls
 // on its own connection goroutines, apart from Raft's loops: a heartbeat
 // that reached it just before Raft stopped could otherwise still write
@@ -40,14 +59,30 @@ type commitBoundTransport struct {
 	// set under it for writing, refuses the later ones.
 	hbMu     sync.RWMutex
 	hbClosed bool
+
+	// replica, once set (setReplica), tells where the local replica
+	// stands; until then every request goes to Raft.
+	replica atomic.Pointer[replicaView]
+	log     hclog.Logger
 }
 
-func newCommitBoundTransport(t *raft.NetworkTransport) *commitBoundTransport {
-	c := &commitBoundTransport{NetworkTransport: t, out: make(chan raft.RPC), stop: make(chan struct{})}
+// replicaView is what the transport needs of the local Raft: its term,
+// the index of the last entry it applied, and the header of its answers.
+type replicaView struct {
+	term, applied func() uint64
+	header        raft.RPCHeader
+}
+
+func newCommitBoundTransport(t *raft.NetworkTransport, log hclog.Logger) *commitBoundTransport {
+	c := &commitBoundTransport{NetworkTransport: t, out: make(chan raft.RPC), stop: make(chan struct{}), log: log}
 	c.done.Add(1)
 	go c.forward()
 	return c
 }
+
+// setReplica starts the check of InstallSnapshot requests against the
+// local Raft.
+func (c *commitBoundTransport) setReplica(v *replicaView) { c.replica.Store(v) }
 
 // Consumer returns the requests for Raft, AppendEntries bounded.
 func (c *commitBoundTransport) Consumer() <-chan raft.RPC { return c.out }
@@ -58,8 +93,19 @@ func (c *commitBoundTransport) forward() {
 	for {
 		select {
 		case rpc := <-in:
-			if req, ok := rpc.Command.(*raft.AppendEntriesRequest); ok {
+			switch req := rpc.Command.(type) {
+			case *raft.AppendEntriesRequest:
 				boundCommit(req)
+			case *raft.InstallSnapshotRequest:
+				if c.staleSnapshot(req) {
+					c.done.Add(1)
+					go c.answerStale(rpc, req)
+					continue
+				}
+				if !c.handOver(rpc) {
+					return
+				}
+				continue
 			}
 			select {
 			case c.out <- rpc:
@@ -69,6 +115,50 @@ func (c *commitBoundTransport) forward() {
 		case <-c.stop:
 			return
 		}
+	}
+}
+
+// staleSnapshot reports whether req's snapshot ends at or before the
+// last entry the local replica applied (a request of an older term is
+// left to Raft, which refuses it).
+func (c *commitBoundTransport) staleSnapshot(req *raft.InstallSnapshotRequest) bool {
+	v := c.replica.Load()
+	return v != nil && req.Term >= v.term() && req.LastLogIndex <= v.applied()
+}
+
+// answerStale reads a stale snapshot's data to its end, so that the
+// leader's write of it completes, and answers that it is installed.
+func (c *commitBoundTransport) answerStale(rpc raft.RPC, req *raft.InstallSnapshotRequest) {
+	defer c.done.Done()
+	v := c.replica.Load()
+	applied := v.applied()
+	n, err := io.Copy(io.Discard, rpc.Reader)
+	if err != nil {
+		rpc.Respond(nil, err)
+		return
+	}
+	c.log.Warn("answered a snapshot older than this replica's state without installing it",
+		"snapshot_index", req.LastLogIndex, "snapshot_term", req.LastLogTerm, "applied_index", applied, "bytes", n)
+	rpc.Respond(&raft.InstallSnapshotResponse{RPCHeader: v.header, Term: req.Term, Success: true}, nil)
+}
+
+// handOver gives an InstallSnapshot request to Raft and waits for its
+// answer, which it passes on. False when the transport closed meanwhile.
+func (c *commitBoundTransport) handOver(rpc raft.RPC) bool {
+	answer := rpc.RespChan
+	got := make(chan raft.RPCResponse, 1)
+	rpc.RespChan = got
+	select {
+	case c.out <- rpc:
+	case <-c.stop:
+		return false
+	}
+	select {
+	case resp := <-got:
+		answer <- resp
+		return true
+	case <-c.stop:
+		return false
 	}
 }
 

@@ -1,7 +1,11 @@
 package cluster
 
 import (
+	"bytes"
+	"fmt"
+	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +31,7 @@ func newTestNetTransport(t *testing.T, timeout time.Duration) *raft.NetworkTrans
 // its own that the leader never matched.
 func TestAppendEntriesCommitIsBounded(t *testing.T) {
 	sender := newTestNetTransport(t, time.Second)
-	receiver := newCommitBoundTransport(newTestNetTransport(t, time.Second))
+	receiver := newCommitBoundTransport(newTestNetTransport(t, time.Second), hclog.NewNullLogger())
 	defer func() {
 		sender.CloseStreams()
 		sender.Close()
@@ -81,7 +85,7 @@ func TestTransportCloseWaitsForHeartbeats(t *testing.T) {
 		sender.CloseStreams()
 		sender.Close()
 	}()
-	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second))
+	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second), hclog.NewNullLogger())
 	entered, release := make(chan struct{}), make(chan struct{})
 	receiver.SetHeartbeatHandler(func(rpc raft.RPC) {
 		close(entered)
@@ -115,4 +119,99 @@ func TestTransportCloseWaitsForHeartbeats(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return once the heartbeat was handled")
 	}
+}
+
+// TestStaleSnapshotIsNotInstalled: an InstallSnapshot request whose
+// snapshot ends at or before the replica's applied index is answered as
+// installed, its data read to the end, without reaching Raft; a newer one
+// reaches Raft, and the next request waits until Raft has answered it, so
+// that a stale snapshot sent on another connection meanwhile is judged
+// against what Raft installed.
+func TestStaleSnapshotIsNotInstalled(t *testing.T) {
+	sender := newTestNetTransport(t, 5*time.Second)
+	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second), hclog.NewNullLogger())
+	defer func() {
+		sender.CloseStreams()
+		sender.Close()
+		receiver.CloseStreams()
+		receiver.Close()
+	}()
+	var applied atomic.Uint64
+	applied.Store(100)
+	receiver.setReplica(&replicaView{
+		term: func() uint64 { return 3 }, applied: applied.Load,
+		header: raft.RPCHeader{ID: []byte("s1"), Addr: []byte(receiver.LocalAddr())},
+	})
+	data := bytes.Repeat([]byte("snapshot"), 1<<17) // 1 MiB: more than the socket buffers hold
+	send := func(term, index uint64) (chan raft.InstallSnapshotResponse, chan error) {
+		req := &raft.InstallSnapshotRequest{
+			RPCHeader: raft.RPCHeader{ID: []byte("s9"), Addr: []byte(sender.LocalAddr())},
+			Term:      term, LastLogIndex: index, LastLogTerm: term, Size: int64(len(data)),
+		}
+		respc, errc := make(chan raft.InstallSnapshotResponse, 1), make(chan error, 1)
+		go func() {
+			var resp raft.InstallSnapshotResponse
+			err := sender.InstallSnapshot("s1", receiver.LocalAddr(), req, &resp, bytes.NewReader(data))
+			respc <- resp
+			errc <- err
+		}()
+		return respc, errc
+	}
+	answered := func(respc chan raft.InstallSnapshotResponse, errc chan error, what string) {
+		t.Helper()
+		select {
+		case err := <-errc:
+			if resp := <-respc; err != nil || !resp.Success || resp.Term != 3 {
+				t.Fatalf("%s: answered %+v, %v; want installed", what, resp, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer", what)
+		}
+	}
+	toRaft := func(what string) raft.RPC {
+		t.Helper()
+		select {
+		case rpc := <-receiver.Consumer():
+			return rpc
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not reach Raft", what)
+		}
+		return raft.RPC{}
+	}
+	notToRaft := func(what string) {
+		t.Helper()
+		select {
+		case rpc := <-receiver.Consumer():
+			t.Fatalf("%s reached Raft: %+v", what, rpc.Command)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+
+	// Older than the applied state, or at it: answered here.
+	for _, idx := range []uint64{60, 100} {
+		respc, errc := send(3, idx)
+		answered(respc, errc, fmt.Sprintf("snapshot at %d", idx))
+		notToRaft(fmt.Sprintf("a snapshot at %d, applied 100,", idx))
+	}
+
+	// Of an older term: Raft refuses it itself.
+	_, _ = send(2, 60)
+	rpc := toRaft("a snapshot of an older term")
+	_, _ = io.Copy(io.Discard, rpc.Reader)
+	rpc.Respond(&raft.InstallSnapshotResponse{Term: 3}, nil)
+
+	// Newer: to Raft, which installs it while a stale one (older than
+	// what it installs, newer than what was applied before) comes.
+	newer, newerErr := send(3, 150)
+	rpc = toRaft("a newer snapshot")
+	stale, staleErr := send(3, 120)
+	notToRaft("a request sent while Raft installs a snapshot")
+	if _, err := io.Copy(io.Discard, rpc.Reader); err != nil {
+		t.Fatal(err)
+	}
+	applied.Store(150)
+	rpc.Respond(&raft.InstallSnapshotResponse{Term: 3, Success: true}, nil)
+	answered(newer, newerErr, "the newer snapshot")
+	answered(stale, staleErr, "the snapshot at 120 once 150 is installed")
+	notToRaft("a snapshot at 120, 150 installed,")
 }
