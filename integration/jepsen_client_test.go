@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -230,7 +231,7 @@ const (
 // on and releases it in time.
 func (cl *worker) adopt(requestID string) {
 	var list wire.AllocationList
-	if err := cl.read("/v1/allocations?consistent&limit=1000", &list); err != nil {
+	if _, err := cl.read("/v1/allocations?consistent&limit=1000", &list); err != nil {
 		return
 	}
 	for _, a := range list.Allocations {
@@ -291,8 +292,9 @@ func (cl *worker) lifecycle(kind opKind, id, rid, action string, body any, want 
 }
 
 // read sends a consistent read to random servers, retrying retryable
-// failures until the operation's deadline.
-func (cl *worker) read(path string, out any) error {
+// failures until the operation's deadline, and says which server
+// answered and at which state index (X-Dmsc-Index), for the record.
+func (cl *worker) read(path string, out any) (readFrom, error) {
 	w := cl.w
 	ctx, cancel := context.WithTimeout(context.Background(), w.opTimeout)
 	defer cancel()
@@ -300,14 +302,18 @@ func (cl *worker) read(path string, out any) error {
 	for {
 		for _, p := range cl.targets(true) {
 			actx, acancel := context.WithTimeout(ctx, w.c.AttemptTimeout)
-			err := w.c.Get(actx, p, path, out)
+			h, err := w.c.Do(actx, p, http.MethodGet, path, nil, out)
 			acancel()
-			if err == nil || !Retryable(err) || ctx.Err() != nil {
-				return err
+			if err == nil {
+				idx, _ := strconv.ParseUint(h.Get(wire.HeaderIndex), 10, 64)
+				return readFrom{Server: p.Name, Index: idx}, nil
+			}
+			if !Retryable(err) || ctx.Err() != nil {
+				return readFrom{}, err
 			}
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
+				return readFrom{}, ctx.Err()
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 200*time.Millisecond)
@@ -326,10 +332,10 @@ func (cl *worker) readAllocation() {
 	in := opInput{Kind: opReadAlloc, AllocID: id}
 	op := historyOp{Client: cl.id, Input: in, Call: w.now()}
 	var a wire.Allocation
-	err := cl.read("/v1/allocations/"+url.PathEscape(id)+"?consistent", &a)
+	from, err := cl.read("/v1/allocations/"+url.PathEscape(id)+"?consistent", &a)
 	op.Return = w.now()
 	if err == nil {
-		op.Output = opOutput{Outcome: outOK, Status: a.Status, Held: w.heldOf(a.Devices)}
+		op.Output = opOutput{Outcome: outOK, Status: a.Status, Held: w.heldOf(a.Devices), From: from}
 	} else {
 		op.Output = opOutput{Outcome: classify(err), Error: err.Error()}
 		if op.Output.Outcome != outNotFound {
@@ -346,10 +352,10 @@ func (cl *worker) readDevices() {
 	w := cl.w
 	op := historyOp{Client: cl.id, Input: opInput{Kind: opReadDevices}, Call: w.now()}
 	var ds []wire.Device
-	err := cl.read("/v1/devices?consistent", &ds)
+	from, err := cl.read("/v1/devices?consistent", &ds)
 	op.Return = w.now()
 	if err == nil {
-		op.Output = opOutput{Outcome: outOK}
+		op.Output = opOutput{Outcome: outOK, From: from}
 		for _, d := range ds {
 			v := deviceView{ID: d.ID, Allocations: d.Allocations}
 			if d.Shareable {

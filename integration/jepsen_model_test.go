@@ -81,10 +81,20 @@ type opOutput struct {
 	Status wire.AllocStatus `json:"status,omitempty"`
 	// Devices is what a read-devices saw.
 	Devices []deviceView `json:"devices,omitempty"`
+	// From is the server that answered a read and the state index it
+	// read at, for the record (the model ignores it).
+	From readFrom `json:"from,omitzero"`
 	// Error is the last error the client saw, for the record.
 	Error string `json:"error,omitempty"`
 	// Resolved marks an unknown outcome filled in from the final state.
 	Resolved bool `json:"resolved,omitempty"`
+}
+
+// readFrom is the server that answered a read and the state index
+// (X-Dmsc-Index) it answered at.
+type readFrom struct {
+	Server string `json:"server"`
+	Index  uint64 `json:"index"`
 }
 
 // catalogDevice is a device of the cluster under test.
@@ -442,6 +452,9 @@ func describeOp(input, output interface{}) string {
 	}
 	if out.Resolved {
 		res += " (resolved)"
+	}
+	if out.From.Server != "" {
+		res += fmt.Sprintf(" (%s at %d)", out.From.Server, out.From.Index)
 	}
 	return call + " -> " + res
 }
