@@ -37,7 +37,10 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) error {
 	if n == 0 || n > wire.MaxBatch {
 		return badRequest("a batch holds 1 to %d requests, not %d", wire.MaxBatch, n)
 	}
-	ctx := context.WithValue(r.Context(), batchKey{}, true)
+	// One deadline for the writes of the batch, which start together:
+	// write sets none of its own for a request of a batch.
+	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), batchKey{}, true), s.opts.WriteTimeout)
+	defer cancel()
 	items := make([]itemWriter, n)
 	// On the leader the writes of the batch go to Raft together.
 	group := cluster.NewWriteGroup(n, cluster.WriteGroupMaxWait)

@@ -160,3 +160,30 @@ func TestItemWorkersEnd(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestBatchWriteTimeout: the writes of a batch share one deadline of
+// WriteTimeout; each one that is not applied by then answers 504 timeout,
+// as it would alone (TestWriteTimeout).
+func TestBatchWriteTimeout(t *testing.T) {
+	e := newEnv(t, Options{WriteTimeout: 20 * time.Millisecond})
+	e.seed()
+	e.b.mu.Lock()
+	e.b.applyGate = make(chan struct{})
+	e.b.mu.Unlock()
+	gpu := json.RawMessage(gpuReq)
+	start := time.Now()
+	res := e.do("POST", "/v1/batch", batchOf(t,
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations", RequestID: "t-1", Body: gpu},
+		wire.BatchItem{Method: "POST", Path: "/v1/allocations", RequestID: "t-2", Body: gpu},
+	)).batch(2)
+	for i := range res {
+		itemErr(t, res[i], http.StatusGatewayTimeout, wire.CodeTimeout)
+		var env wire.ErrorResponse
+		if err := json.Unmarshal(res[i].Body, &env); err != nil || !env.Error.Retryable {
+			t.Fatalf("result %d: a timed-out write must be retryable: %s", i, res[i].Body)
+		}
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the batch took %v against a write timeout of 20ms", took)
+	}
+}

@@ -64,6 +64,32 @@ func checkReadsAlike[T any](t *testing.T, data []byte, emptyOK bool) {
 	checkDecodeErr(t, gotErr)
 }
 
+// checkPeeksAlike fails unless peekNamespace reads data's namespace as
+// encoding/json's Unmarshal did, and refuses what it refused.
+func checkPeeksAlike(t *testing.T, data []byte) {
+	t.Helper()
+	var want struct {
+		Namespace string `json:"namespace"`
+	}
+	wantErr := json.Unmarshal(data, &want)
+	got, gotErr := peekNamespace(data)
+	if got != want.Namespace || (gotErr == nil) != (wantErr == nil) {
+		t.Fatalf("namespace of %q: peekNamespace %q, %v; encoding/json %q, %v", data, got, gotErr, want.Namespace, wantErr)
+	}
+}
+
+// peekNamespace reads a body's namespace as encoding/json did.
+func TestPeekNamespaceReadsAsEncodingJSON(t *testing.T) {
+	seeds := append([]string{
+		`{"namespace":"team-a","claims":[]}`, `{"NAMESPACE":"b"}`, `{"namespace":"a","namespace":"b"}`,
+		`{"namespace":5}`, `{"namespace":"a","namespace":5}`, `{"namespace":"a","claims":[}`, `{"namespace":null}`,
+		"{\"namespace\":\"a\xff\"}",
+	}, decodeSeeds...)
+	for _, body := range seeds {
+		checkPeeksAlike(t, []byte(body))
+	}
+}
+
 // decodeJSON reads a body as encoding/json did (names in any case, a name
 // twice, invalid UTF-8, null) and refuses what it refused (unknown
 // fields, a second value, malformed JSON), with a 400.
@@ -82,6 +108,7 @@ func FuzzDecodeJSONAsEncodingJSON(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkPeeksAlike(t, data)
 		checkReadsAlike[wire.AllocateRequest](t, data, false)
 		checkReadsAlike[wire.BatchRequest](t, data, false)
 		checkReadsAlike[wire.RenewRequest](t, data, true)

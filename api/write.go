@@ -30,8 +30,13 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, cmd fsm.Command, 
 	if err := fsm.Precheck(cmd); err != nil {
 		return fsm.Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.WriteTimeout)
-	defer cancel()
+	ctx := r.Context()
+	if !inBatch(ctx) {
+		// A batch set one deadline for all its writes (batch).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.WriteTimeout)
+		defer cancel()
+	}
 	start := time.Now()
 	res, err := s.b.Apply(ctx, cmd)
 	s.metrics.observeApply(cmd, err, time.Since(start))
