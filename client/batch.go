@@ -177,26 +177,33 @@ func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
 			q.timer = t
 		}
 	}()
-	req := wire.BatchRequest{Requests: make([]wire.BatchItem, len(calls))}
+	items := make([]wire.BatchItem, len(calls))
 	for i, call := range calls {
-		req.Requests[i] = wire.BatchItem{Method: call.rq.method, Path: b.c.target(call.rq),
+		items[i] = wire.BatchItem{Method: call.rq.method, Path: b.c.target(call.rq),
 			RequestID: call.rq.requestID, Body: call.rq.body}
 	}
-	body, err := jsonBody(req)
-	var out wire.BatchResponse
+	body, err := appendBatchRequest(nil, items)
+	var raw []byte
 	sent := false
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), b.c.cfg.Timeout)
 		_, err, sent = b.c.once(ctx, addr, &request{method: http.MethodPost, path: "/v1/batch", body: body,
-			ctype: "application/json", write: true, out: &out})
+			ctype: "application/json", write: true, raw: &raw})
 		cancel()
 	}
 	var ae *APIError
 	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) {
 		b.off.Store(true)
 	}
-	if err == nil && len(out.Responses) != len(calls) {
-		err = fmt.Errorf("dmsc client: batch of %d writes answered with %d results", len(calls), len(out.Responses))
+	var results []batchResult
+	if err == nil {
+		// Each success's body goes straight into its write's out.
+		if results, err = readBatchAnswer(raw, calls); err != nil {
+			err = &ConnError{Address: addr, Err: err}
+		}
+	}
+	if err == nil && len(results) != len(calls) {
+		err = fmt.Errorf("dmsc client: batch of %d writes answered with %d results", len(calls), len(results))
 	}
 	for i, call := range calls {
 		call.sent = sent
@@ -206,7 +213,7 @@ func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
 		case err != nil:
 			call.err = err
 		default:
-			call.ans, call.err = b.answer(addr, call.rq, out.Responses[i])
+			call.ans, call.err = b.answer(addr, call.rq, results[i])
 		}
 		close(call.done)
 	}
@@ -214,21 +221,19 @@ func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
 
 // answer turns one result of a batch into what the write alone would
 // have had.
-func (b *batcher) answer(addr string, rq *request, res wire.BatchResult) (*answer, error) {
-	if res.Status >= 400 && res.Status != rq.okStatus {
-		return nil, apiErrorOf(res.Status, res.Body, addr)
+func (b *batcher) answer(addr string, rq *request, res batchResult) (*answer, error) {
+	if res.status >= 400 && res.status != rq.okStatus {
+		return nil, apiErrorOf(res.status, res.body, addr)
 	}
 	h := http.Header{}
-	if res.RequestID != "" {
-		h.Set(wire.HeaderRequestID, res.RequestID)
+	if res.requestID != "" {
+		h.Set(wire.HeaderRequestID, res.requestID)
 	}
-	if res.Index > 0 {
-		h.Set(wire.HeaderIndex, strconv.FormatUint(res.Index, 10))
+	if res.index > 0 {
+		h.Set(wire.HeaderIndex, strconv.FormatUint(res.index, 10))
 	}
-	if rq.out != nil {
-		if err := unmarshal(res.Body, rq.out); err != nil {
-			return nil, fmt.Errorf("dmsc client: %s %s from %s: %w", rq.method, rq.path, addr, err)
-		}
+	if res.err != nil {
+		return nil, fmt.Errorf("dmsc client: %s %s from %s: %w", rq.method, rq.path, addr, res.err)
 	}
-	return &answer{status: res.Status, header: h, address: addr}, nil
+	return &answer{status: res.status, header: h, address: addr}, nil
 }

@@ -323,6 +323,9 @@ type request struct {
 	out any
 	// stream, when set, consumes a success instead of out.
 	stream func(io.Reader) error
+	// raw, when set, receives the body of a success as it came, instead
+	// of out.
+	raw *[]byte
 	// okStatus are extra statuses >= 400 decoded as a success into out.
 	okStatus int
 }
@@ -604,6 +607,8 @@ func (c *Client) once(ctx context.Context, addr string, rq *request) (ans *answe
 	switch {
 	case rq.stream != nil:
 		err = rq.stream(resp.Body)
+	case rq.raw != nil:
+		*rq.raw, err = io.ReadAll(resp.Body)
 	case rq.out != nil:
 		err = decode(resp.Body, rq.out)
 	default:
