@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/dmsc/dmsc/fsm"
 )
 
 // newTestNetTransport is a Raft network transport on 127.0.0.1 whose
@@ -214,4 +216,50 @@ func TestStaleSnapshotIsNotInstalled(t *testing.T) {
 	answered(newer, newerErr, "the newer snapshot")
 	answered(stale, staleErr, "the snapshot at 120 once 150 is installed")
 	notToRaft("a snapshot at 120, 150 installed,")
+}
+
+// TestStaleSnapshotDoesNotTakeAReplicaBack: a follower that is sent,
+// late, a snapshot of the current term older than what it applied (as a
+// leader's request that waited in its socket buffer while it was frozen
+// is) keeps its state; hashicorp/raft alone would restore it.
+func TestStaleSnapshotDoesNotTakeAReplicaBack(t *testing.T) {
+	tc := newTestCluster(t, nil)
+	nodes := tc.servers(3)
+	leader := tc.waitLeader(nodes...)
+	mustApply(t, leader, staticHost("h1", gpu("h1-gpu0", 80), gpu("h1-gpu1", 80)))
+	waitSame(t, nodes...)
+	var old []byte
+	oldIndex, _ := leader.fsm.Read(func(s *fsm.State) { old = s.SnapshotBytes() })
+	a := mustApply(t, leader, gpuRequest(40)).Allocation
+	waitSame(t, nodes...)
+	f := followers(leader, nodes...)[0]
+	applied, _ := f.fsm.Indexes()
+
+	sender := newTestNetTransport(t, 5*time.Second)
+	defer func() {
+		sender.CloseStreams()
+		sender.Close()
+	}()
+	term := f.raft.CurrentTerm()
+	req := &raft.InstallSnapshotRequest{
+		RPCHeader:       raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(leader.cfg.NodeID), Addr: []byte(leader.raftAddr)},
+		SnapshotVersion: 1, Term: term, Leader: []byte(leader.raftAddr),
+		LastLogIndex: oldIndex, LastLogTerm: term, Size: int64(len(old)),
+		Configuration:      raft.EncodeConfiguration(leader.raft.GetConfiguration().Configuration()),
+		ConfigurationIndex: 1,
+	}
+	var resp raft.InstallSnapshotResponse
+	if err := sender.InstallSnapshot(raft.ServerID(f.cfg.NodeID), raft.ServerAddress(f.raftAddr), req, &resp, bytes.NewReader(old)); err != nil || !resp.Success {
+		t.Fatalf("install: %+v, %v", resp, err)
+	}
+	stateOf(t, f, func(s *fsm.State) {
+		if _, ok := s.Allocation(a.ID); !ok {
+			t.Fatalf("%s went back to the state at index %d: allocation %s is gone", f.cfg.NodeID, oldIndex, a.ID)
+		}
+	})
+	if now, _ := f.fsm.Indexes(); now < applied {
+		t.Fatalf("%s applied index went from %d to %d", f.cfg.NodeID, applied, now)
+	}
+	mustApply(t, leader, gpuRequest(40))
+	waitSame(t, nodes...)
 }
