@@ -11,9 +11,6 @@ import (
 	"strings"
 	"time"
 
-	jsonv2 "github.com/go-json-experiment/json"
-	jsonv1 "github.com/go-json-experiment/json/v1"
-
 	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
 	"github.com/dmsc/dmsc/fsm"
@@ -620,18 +617,4 @@ func (s *Server) aclTokenDelete(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, r, http.StatusOK, wire.WriteResult{Index: res.Index, RequestID: w.Header().Get(wire.HeaderRequestID)})
 	return nil
-}
-
-// peekOptions read a body as encoding/json does, unknown fields ignored.
-var peekOptions = jsonv1.DefaultOptionsV1()
-
-// peekNamespace reads the namespace field of a request body, as
-// encoding/json's Unmarshal into a struct of that one field reads it (in
-// about half its time: the handler decodes the body again).
-func peekNamespace(data []byte) (string, error) {
-	var peek struct {
-		Namespace string `json:"namespace"`
-	}
-	err := jsonv2.Unmarshal(data, &peek, peekOptions)
-	return peek.Namespace, err
 }

@@ -21,6 +21,20 @@ import (
 // refuse unknown fields as a Decoder told DisallowUnknownFields does.
 var bodyOptions = jsonv2.JoinOptions(jsonv1.DefaultOptionsV1(), jsonv2.RejectUnknownMembers(true))
 
+// peekOptions read a body as encoding/json does, unknown fields ignored.
+var peekOptions = jsonv1.DefaultOptionsV1()
+
+// peekNamespace reads the namespace field of a request body, as
+// encoding/json's Unmarshal into a struct of that one field reads it (in
+// about half its time: the handler decodes the body again).
+func peekNamespace(data []byte) (string, error) {
+	var peek struct {
+		Namespace string `json:"namespace"`
+	}
+	err := jsonv2.Unmarshal(data, &peek, peekOptions)
+	return peek.Namespace, err
+}
+
 // decodeJSON reads one JSON value into v: unknown fields and trailing data
 // are refused. An empty body leaves v as it is when emptyOK, and is a 400
 // otherwise. A body over the route's cap gives the *http.MaxBytesError.

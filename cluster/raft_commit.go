@@ -84,7 +84,8 @@ func newCommitBoundTransport(t *raft.NetworkTransport, log hclog.Logger) *commit
 // local Raft.
 func (c *commitBoundTransport) setReplica(v *replicaView) { c.replica.Store(v) }
 
-// Consumer returns the requests for Raft, AppendEntries bounded.
+// Consumer returns the requests for Raft: AppendEntries bounded, stale
+// snapshots answered already.
 func (c *commitBoundTransport) Consumer() <-chan raft.RPC { return c.out }
 
 func (c *commitBoundTransport) forward() {
