@@ -66,6 +66,7 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) error {
 		})
 	}
 	wg.Wait()
+	s.markForwarded(w.Header())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(appendBatchResponse(nil, items))

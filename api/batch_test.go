@@ -187,3 +187,25 @@ func TestBatchWriteTimeout(t *testing.T) {
 		t.Fatalf("the batch took %v against a write timeout of 20ms", took)
 	}
 }
+
+// TestWriteAnswerSaysForwarded: a write answered by a server that is not
+// the leader says so (X-Dmsc-Forwarded), alone or in a batch; the
+// leader's answers do not.
+func TestWriteAnswerSaysForwarded(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.seed()
+	gpu := json.RawMessage(gpuReq)
+	batch := batchOf(t, wire.BatchItem{Method: "POST", Path: "/v1/allocations", Body: gpu})
+	for _, follower := range []bool{false, true} {
+		e.b.mu.Lock()
+		e.b.leaderID = map[bool]string{true: "n2"}[follower]
+		e.b.mu.Unlock()
+		want := map[bool]string{true: "true"}[follower]
+		if got := e.do("POST", "/v1/allocations", gpuReq).ok(200).hdr.Get(wire.HeaderForwarded); got != want {
+			t.Fatalf("follower %v: a write answered %s %q, want %q", follower, wire.HeaderForwarded, got, want)
+		}
+		if got := e.do("POST", "/v1/batch", batch).ok(200).hdr.Get(wire.HeaderForwarded); got != want {
+			t.Fatalf("follower %v: a batch answered %s %q, want %q", follower, wire.HeaderForwarded, got, want)
+		}
+	}
+}

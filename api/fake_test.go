@@ -41,7 +41,10 @@ type fakeBackend struct {
 	gated   int
 	applies int
 	leader  bool
-	removed []string
+	// leaderID, when set, names another node as the leader (this one,
+	// n1, a follower).
+	leaderID string
+	removed  []string
 	// host makes the fake a host agent: reads answer not_server, and
 	// tokens are resolved as a host resolves them, from the token and
 	// its policies a server sends (counted in resolves).
@@ -166,6 +169,9 @@ func (b *fakeBackend) Leader() (cluster.LeaderInfo, bool) {
 	defer b.mu.Unlock()
 	if !b.leader {
 		return cluster.LeaderInfo{}, false
+	}
+	if b.leaderID != "" {
+		return cluster.LeaderInfo{ID: b.leaderID, RaftAddr: "127.0.0.9:2", RPCAddr: "127.0.0.9:3"}, true
 	}
 	return cluster.LeaderInfo{ID: "n1", RaftAddr: "127.0.0.1:2", RPCAddr: "127.0.0.1:3"}, true
 }

@@ -46,6 +46,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, cmd fsm.Command, 
 	if res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded) {
 		w.Header().Set(wire.HeaderIndex, strconv.FormatUint(res.Index, 10))
 	}
+	s.markForwarded(w.Header())
 	if res.Err != nil {
 		ref := &refusal{err: res.Err, requestID: id}
 		if res.Allocation != nil {
@@ -54,6 +55,16 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, cmd fsm.Command, 
 		return res, ref
 	}
 	return res, nil
+}
+
+// markForwarded sets X-Dmsc-Forwarded on a write's answer when this
+// server is not the leader: the SDK then looks for the leader among its
+// addresses and writes to it from then on (a follower forwards each write
+// of a batch on its own).
+func (s *Server) markForwarded(h http.Header) {
+	if l, ok := s.b.Leader(); ok && l.ID != s.b.Self().ID {
+		h.Set(wire.HeaderForwarded, "true")
+	}
 }
 
 // read runs fn on the state with the consistency and blocking parameters

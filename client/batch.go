@@ -184,13 +184,15 @@ func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
 	}
 	body, err := appendBatchRequest(nil, items)
 	var raw []byte
+	var batchAns *answer
 	sent := false
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), b.c.cfg.Timeout)
-		_, err, sent = b.c.once(ctx, addr, &request{method: http.MethodPost, path: "/v1/batch", body: body,
+		batchAns, err, sent = b.c.once(ctx, addr, &request{method: http.MethodPost, path: "/v1/batch", body: body,
 			ctype: "application/json", write: true, raw: &raw})
 		cancel()
 	}
+	forwarded := batchAns != nil && batchAns.header.Get(wire.HeaderForwarded) == "true"
 	var ae *APIError
 	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed) {
 		b.off.Store(true)
@@ -213,19 +215,22 @@ func (b *batcher) exchange(addr string, q *batchQueue, calls []*batchCall) {
 		case err != nil:
 			call.err = err
 		default:
-			call.ans, call.err = b.answer(addr, call.rq, results[i])
+			call.ans, call.err = b.answer(addr, call.rq, results[i], forwarded)
 		}
 		close(call.done)
 	}
 }
 
 // answer turns one result of a batch into what the write alone would
-// have had.
-func (b *batcher) answer(addr string, rq *request, res batchResult) (*answer, error) {
+// have had; forwarded: the batch's answer said X-Dmsc-Forwarded.
+func (b *batcher) answer(addr string, rq *request, res batchResult, forwarded bool) (*answer, error) {
 	if res.status >= 400 && res.status != rq.okStatus {
 		return nil, apiErrorOf(res.status, res.body, addr)
 	}
 	h := http.Header{}
+	if forwarded {
+		h.Set(wire.HeaderForwarded, "true")
+	}
 	if res.requestID != "" {
 		h.Set(wire.HeaderRequestID, res.requestID)
 	}

@@ -124,9 +124,18 @@ type Client struct {
 	// each alone.
 	batches *batcher
 	// writeNode is the index of the node writes go to: the last one that
-	// answered a write, or the leader when a failover found it.
+	// answered a write, or the leader when a failover found it or a
+	// server said it forwarded a write (seekLeader).
 	writeNode atomic.Int64
+	// leaderSought is when seekLeader last asked who leads (Unix
+	// nanoseconds); it asks at most once per leaderRecheck.
+	leaderSought  atomic.Int64
+	leaderRecheck time.Duration
 }
+
+// leaderRecheck is how often at most a client whose writes a follower
+// forwards asks the nodes who leads.
+const leaderRecheck = 10 * time.Second
 
 // New returns a client for the nodes of cfg.
 func New(cfg Config) (*Client, error) {
@@ -205,6 +214,7 @@ func New(cfg Config) (*Client, error) {
 		c.log = hclog.NewNullLogger()
 	}
 	c.writeNode.Store(-1)
+	c.leaderRecheck = leaderRecheck
 	if cfg.BatchWrites {
 		c.batches = newBatcher(c)
 	}
@@ -439,6 +449,9 @@ func (c *Client) do(ctx context.Context, rq *request) (*answer, error) {
 		if err == nil {
 			if rq.write {
 				c.writeNode.Store(int64(node))
+				if ans.header.Get(wire.HeaderForwarded) == "true" {
+					c.seekLeader(ctx, node)
+				}
 			}
 			return ans, nil
 		}
@@ -538,6 +551,24 @@ func (c *Client) writeTarget(ctx context.Context, failed int) int {
 
 // leaderLookupTimeout bounds one question for the leader during failover.
 const leaderLookupTimeout = time.Second
+
+// seekLeader moves the writes to the leader after node, not the leader,
+// answered one (X-Dmsc-Forwarded): after a failover the node a client
+// writes to is often a follower that forwards every write, those of a
+// batch one by one. It asks at most once per leaderRecheck, whatever the
+// number of writers; a leader that is not among the addresses leaves the
+// writes where they are.
+func (c *Client) seekLeader(ctx context.Context, node int) {
+	now := time.Now().UnixNano()
+	last := c.leaderSought.Load()
+	if now-last < int64(c.leaderRecheck) || !c.leaderSought.CompareAndSwap(last, now) {
+		return
+	}
+	if i, ok := c.findLeader(ctx, -1); ok && i != node {
+		c.writeNode.CompareAndSwap(int64(node), int64(i))
+		c.log.Debug("writes move to the leader", "from", c.addrs[node], "to", c.addrs[i])
+	}
+}
 
 // findLeader asks the nodes who leads, starting after the one that failed
 // last and skipping it, and returns the index of the leader's address if

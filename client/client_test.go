@@ -547,3 +547,89 @@ func TestWatchSkipsUnchanged(t *testing.T) {
 		t.Fatalf("watch error %v", err)
 	}
 }
+
+// A write answered by a follower that forwarded it (X-Dmsc-Forwarded)
+// moves the writes to the leader, alone or in batches; the nodes are asked
+// who leads at most once per recheck interval, however many writes say
+// they were forwarded.
+func TestForwardedWritesMoveToTheLeader(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "batched"}[batched], func(t *testing.T) {
+			var mu sync.Mutex
+			var leader string // host:port of the leader's API
+			var leaderAsks atomic.Int32
+			var nodes []*fakeNode
+			handler := func(i, hit int, w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				l := leader
+				self := strings.TrimPrefix(nodes[i].srv.URL, "http://")
+				mu.Unlock()
+				if r.URL.Path == "/v1/cluster/leader" {
+					leaderAsks.Add(1)
+					writeJSON(w, 200, wire.Leader{ID: "leader", HTTPAddr: l})
+					return
+				}
+				if l != self {
+					w.Header().Set(wire.HeaderForwarded, "true")
+				}
+				if r.URL.Path == "/v1/batch" {
+					var req wire.BatchRequest
+					_, body := nodes[i].request(hit)
+					_ = json.Unmarshal([]byte(body), &req)
+					var resp wire.BatchResponse
+					for range req.Requests {
+						body, _ := json.Marshal(wire.Allocation{ID: "a1", Status: client.Active})
+						resp.Responses = append(resp.Responses, wire.BatchResult{Status: 200, Body: body})
+					}
+					writeJSON(w, 200, resp)
+					return
+				}
+				writeJSON(w, 200, wire.Allocation{ID: "a1", Status: client.Active})
+			}
+			for i := range 2 {
+				nodes = append(nodes, newFakeNode(t, func(hit int, w http.ResponseWriter, r *http.Request) { handler(i, hit, w, r) }))
+			}
+			setLeader := func(addr string) {
+				mu.Lock()
+				leader = addr
+				mu.Unlock()
+			}
+			setLeader(strings.TrimPrefix(nodes[0].srv.URL, "http://"))
+			c := newClient(t, client.Config{Addresses: []string{nodes[0].srv.URL, nodes[1].srv.URL}, BatchWrites: batched})
+			writes := func(k int) {
+				t.Helper()
+				for range k {
+					if _, _, err := c.Allocate(ctxT(t), gpuRequest); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			posts := func(f *fakeNode) int {
+				k := 0
+				for i := range f.count() {
+					if r, _ := f.request(i); r.Method == http.MethodPost {
+						k++
+					}
+				}
+				return k
+			}
+			writes(2)
+			// The leader moves: n0 now forwards; the write it answers
+			// moves the next ones to n1.
+			setLeader(strings.TrimPrefix(nodes[1].srv.URL, "http://"))
+			writes(3)
+			if p0, p1 := posts(nodes[0]), posts(nodes[1]); p0 != 3 || p1 != 2 {
+				t.Fatalf("writes went to n0 %d, n1 %d; want 3 (the last forwarded) and 2", p0, p1)
+			}
+			// A leader outside the addresses: every write is forwarded,
+			// and the nodes were asked who leads within the interval
+			// already.
+			asks := leaderAsks.Load()
+			setLeader("127.0.0.1:1")
+			writes(5)
+			if got := leaderAsks.Load() - asks; got != 0 {
+				t.Fatalf("asked who leads %d times within the recheck interval", got)
+			}
+		})
+	}
+}

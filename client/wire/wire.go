@@ -23,6 +23,10 @@ const (
 	HeaderLastContact = "X-Dmsc-Last-Contact"
 	// HeaderKnownLeader is "true" when the answering node knows a leader.
 	HeaderKnownLeader = "X-Dmsc-Known-Leader"
+	// HeaderForwarded is "true" on a write's answer from a server that is
+	// not the leader (it forwarded the write): a client that can reach
+	// the leader does better to write to it.
+	HeaderForwarded = "X-Dmsc-Forwarded"
 	// HeaderRequestID carries a write's request ID, both ways.
 	HeaderRequestID = "X-Request-Id"
 	// HeaderToken carries an ACL token's secret (request header); an
