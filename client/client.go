@@ -129,8 +129,7 @@ type Client struct {
 	writeNode atomic.Int64
 	// leaderSought is when seekLeader last asked who leads (Unix
 	// nanoseconds); it asks at most once per leaderRecheck.
-	leaderSought  atomic.Int64
-	leaderRecheck time.Duration
+	leaderSought atomic.Int64
 }
 
 // leaderRecheck is how often at most a client whose writes a follower
@@ -214,7 +213,6 @@ func New(cfg Config) (*Client, error) {
 		c.log = hclog.NewNullLogger()
 	}
 	c.writeNode.Store(-1)
-	c.leaderRecheck = leaderRecheck
 	if cfg.BatchWrites {
 		c.batches = newBatcher(c)
 	}
@@ -561,7 +559,7 @@ const leaderLookupTimeout = time.Second
 func (c *Client) seekLeader(ctx context.Context, node int) {
 	now := time.Now().UnixNano()
 	last := c.leaderSought.Load()
-	if now-last < int64(c.leaderRecheck) || !c.leaderSought.CompareAndSwap(last, now) {
+	if now-last < int64(leaderRecheck) || !c.leaderSought.CompareAndSwap(last, now) {
 		return
 	}
 	if i, ok := c.findLeader(ctx, -1); ok && i != node {

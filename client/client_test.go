@@ -45,6 +45,17 @@ func newFakeNode(t *testing.T, handle func(n int, w http.ResponseWriter, r *http
 	return f
 }
 
+// postCount is how many POST requests f served.
+func postCount(f *fakeNode) int {
+	k := 0
+	for i := range f.count() {
+		if r, _ := f.request(i); r.Method == http.MethodPost {
+			k++
+		}
+	}
+	return k
+}
+
 func (f *fakeNode) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -300,17 +311,8 @@ func TestWritesFollowLeader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	posts := func(f *fakeNode) int {
-		k := 0
-		for i := range f.count() {
-			if r, _ := f.request(i); r.Method == http.MethodPost {
-				k++
-			}
-		}
-		return k
-	}
-	if posts(n3) != 5 || posts(n1)+posts(n2) != 0 {
-		t.Fatalf("allocations went to n1 %d, n2 %d, n3 %d; want all on the leader n3", posts(n1), posts(n2), posts(n3))
+	if postCount(n3) != 5 || postCount(n1)+postCount(n2) != 0 {
+		t.Fatalf("allocations went to n1 %d, n2 %d, n3 %d; want all on the leader n3", postCount(n1), postCount(n2), postCount(n3))
 	}
 }
 
@@ -604,21 +606,12 @@ func TestForwardedWritesMoveToTheLeader(t *testing.T) {
 					}
 				}
 			}
-			posts := func(f *fakeNode) int {
-				k := 0
-				for i := range f.count() {
-					if r, _ := f.request(i); r.Method == http.MethodPost {
-						k++
-					}
-				}
-				return k
-			}
 			writes(2)
 			// The leader moves: n0 now forwards; the write it answers
 			// moves the next ones to n1.
 			setLeader(strings.TrimPrefix(nodes[1].srv.URL, "http://"))
 			writes(3)
-			if p0, p1 := posts(nodes[0]), posts(nodes[1]); p0 != 3 || p1 != 2 {
+			if p0, p1 := postCount(nodes[0]), postCount(nodes[1]); p0 != 3 || p1 != 2 {
 				t.Fatalf("writes went to n0 %d, n1 %d; want 3 (the last forwarded) and 2", p0, p1)
 			}
 			// A leader outside the addresses: every write is forwarded,
