@@ -46,7 +46,10 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, cmd fsm.Command, 
 	if res.Err == nil || errors.Is(res.Err, fsm.ErrNoCapacity) || errors.Is(res.Err, fsm.ErrQuotaExceeded) {
 		w.Header().Set(wire.HeaderIndex, strconv.FormatUint(res.Index, 10))
 	}
-	s.markForwarded(w.Header())
+	if !inBatch(ctx) {
+		// A batch marks its own answer once (batch).
+		s.markForwarded(w.Header())
+	}
 	if res.Err != nil {
 		ref := &refusal{err: res.Err, requestID: id}
 		if res.Allocation != nil {
