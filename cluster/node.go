@@ -228,6 +228,7 @@ func (n *Node) startRaft() error {
 	n.raft = r
 	n.raftTrans.setReplica(&replicaView{
 		term: r.CurrentTerm, applied: r.AppliedIndex,
+		following: func() bool { return r.State() == raft.Follower },
 		header: raft.RPCHeader{
 			ProtocolVersion: n.raftConfig().ProtocolVersion,
 			ID:              []byte(n.cfg.NodeID),

@@ -42,12 +42,28 @@ import (
 // that goes to Raft is answered before the next request is handed on, so
 // that the check sees what it installed.
 //
-// It also fences the heartbeat handler, which the network transport calls
-// on its own connection goroutines, apart from Raft's loops: a heartbeat
-// that reached it just before Raft stopped could otherwise still write
-// the term to the stable store after the node closed it, and Raft panics
-// on a store that fails. Close waits for the heartbeats being handled and
-// refuses later ones, so the stores close only after.
+// It also keeps a heartbeat that can change the node's term or role off
+// the fast path. The network transport hands heartbeats to Raft's
+// handler on its own connection goroutines, apart from Raft's main loop,
+// and a heartbeat of a newer term makes the node a follower of that term
+// there. A leader that is meanwhile writing clients' commands to its log
+// (the leader loop reads the current term as it numbers them) then writes
+// them under the new leader's term, at indexes where the new leader wrote
+// others. Raft takes entries of the same index and term to be the same,
+// so the new leader's entries never replace them, and they are applied
+// on this replica once committed: the replica diverges for good. The
+// linearizability test caught it after a leader was frozen and thawed
+// (it wrote six of its own commands under the new term). So only a
+// heartbeat that can change nothing takes the fast path: one of the
+// node's current term while it follows, or of an older term (refused).
+// Any other goes through the same channel as other requests and is
+// handled by Raft's main loop, between the leader's log writes.
+//
+// It also fences the heartbeat handler: a heartbeat that reached it just
+// before Raft stopped could otherwise still write the term to the stable
+// store after the node closed it, and Raft panics on a store that fails.
+// Close waits for the heartbeats being handled and refuses later ones,
+// so the stores close only after.
 type commitBoundTransport struct {
 	*raft.NetworkTransport
 	out  chan raft.RPC
@@ -67,9 +83,11 @@ type commitBoundTransport struct {
 }
 
 // replicaView is what the transport needs of the local Raft: its term,
-// the index of the last entry it applied, and the header of its answers.
+// whether it follows, the index of the last entry it applied, and the
+// header of its answers.
 type replicaView struct {
 	term, applied func() uint64
+	following     func() bool
 	header        raft.RPCHeader
 }
 
@@ -172,7 +190,8 @@ func boundCommit(req *raft.AppendEntriesRequest) {
 }
 
 // SetHeartbeatHandler hands Raft's heartbeat handler to the network
-// transport, fenced by Close.
+// transport, fenced by Close; a heartbeat that could change the node's
+// term or role goes to Raft's main loop instead (fastHeartbeat).
 func (c *commitBoundTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	if cb == nil {
 		c.NetworkTransport.SetHeartbeatHandler(nil)
@@ -185,8 +204,35 @@ func (c *commitBoundTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 			rpc.Respond(nil, raft.ErrTransportShutdown)
 			return
 		}
+		if !c.fastHeartbeat(rpc) {
+			// The transport waits for the answer on rpc.RespChan, which
+			// the main loop gives.
+			select {
+			case c.out <- rpc:
+			case <-c.stop:
+				rpc.Respond(nil, raft.ErrTransportShutdown)
+			}
+			return
+		}
 		cb(rpc)
 	})
+}
+
+// fastHeartbeat reports whether a heartbeat may be handled on the
+// transport's goroutine: it changes neither the node's term nor its role,
+// being of an older term, or of the current one while the node follows.
+// The node's term only grows and it becomes a candidate, let alone a
+// leader, only in a newer term, so what is checked here still holds when
+// Raft handles it (but for a node turning candidate in between, which
+// writes no entries).
+func (c *commitBoundTransport) fastHeartbeat(rpc raft.RPC) bool {
+	v := c.replica.Load()
+	req, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	if v == nil || !ok {
+		return false
+	}
+	term := v.term()
+	return req.Term < term || req.Term == term && v.following()
 }
 
 // Close closes the transport, stops forwarding, and waits for the

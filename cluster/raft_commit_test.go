@@ -88,6 +88,9 @@ func TestTransportCloseWaitsForHeartbeats(t *testing.T) {
 		sender.Close()
 	}()
 	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second), hclog.NewNullLogger())
+	receiver.setReplica(&replicaView{
+		term: func() uint64 { return 5 }, applied: func() uint64 { return 0 }, following: func() bool { return true },
+	})
 	entered, release := make(chan struct{}), make(chan struct{})
 	receiver.SetHeartbeatHandler(func(rpc raft.RPC) {
 		close(entered)
@@ -123,6 +126,68 @@ func TestTransportCloseWaitsForHeartbeats(t *testing.T) {
 	}
 }
 
+// TestHeartbeatThatChangesTheTermGoesToTheMainLoop: only a heartbeat
+// that changes neither the node's term nor its role is handled on the
+// transport's goroutine; one of a newer term, or one that reaches a node
+// that does not follow, goes where Raft's main loop takes requests, so
+// that a leader never numbers its entries with a term changed under it.
+func TestHeartbeatThatChangesTheTermGoesToTheMainLoop(t *testing.T) {
+	sender := newTestNetTransport(t, 5*time.Second)
+	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second), hclog.NewNullLogger())
+	defer func() {
+		sender.CloseStreams()
+		sender.Close()
+		receiver.CloseStreams()
+		receiver.Close()
+	}()
+	var following atomic.Bool
+	receiver.setReplica(&replicaView{
+		term: func() uint64 { return 3 }, applied: func() uint64 { return 0 }, following: following.Load,
+	})
+	fast := make(chan uint64, 1)
+	receiver.SetHeartbeatHandler(func(rpc raft.RPC) {
+		term := rpc.Command.(*raft.AppendEntriesRequest).Term
+		fast <- term
+		rpc.Respond(&raft.AppendEntriesResponse{Term: term}, nil)
+	})
+	for _, tc := range []struct {
+		term      uint64
+		following bool
+		fast      bool
+	}{
+		{term: 3, following: true, fast: true},
+		{term: 2, following: true, fast: true},
+		{term: 2, following: false, fast: true},
+		{term: 4, following: true, fast: false},
+		{term: 4, following: false, fast: false},
+		{term: 3, following: false, fast: false},
+	} {
+		following.Store(tc.following)
+		done := make(chan error, 1)
+		go func() {
+			var resp raft.AppendEntriesResponse
+			heartbeat := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("s9"), Addr: []byte(sender.LocalAddr())}, Term: tc.term}
+			done <- sender.AppendEntries("s1", receiver.LocalAddr(), heartbeat, &resp)
+		}()
+		select {
+		case term := <-fast:
+			if !tc.fast {
+				t.Fatalf("a heartbeat of term %d (node at term 3, following %v) was handled on the fast path", term, tc.following)
+			}
+		case rpc := <-receiver.Consumer():
+			if tc.fast {
+				t.Fatalf("a heartbeat of term %d (node at term 3, following %v) went to the main loop", tc.term, tc.following)
+			}
+			rpc.Respond(&raft.AppendEntriesResponse{Term: tc.term}, nil)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a heartbeat of term %d reached neither the handler nor the main loop", tc.term)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("heartbeat of term %d: %v", tc.term, err)
+		}
+	}
+}
+
 // TestStaleSnapshotIsNotInstalled: an InstallSnapshot request whose
 // snapshot ends at or before the replica's applied index is answered as
 // installed, its data read to the end, without reaching Raft; a newer one
@@ -141,7 +206,7 @@ func TestStaleSnapshotIsNotInstalled(t *testing.T) {
 	var applied atomic.Uint64
 	applied.Store(100)
 	receiver.setReplica(&replicaView{
-		term: func() uint64 { return 3 }, applied: applied.Load,
+		term: func() uint64 { return 3 }, applied: applied.Load, following: func() bool { return true },
 		header: raft.RPCHeader{ID: []byte("s1"), Addr: []byte(receiver.LocalAddr())},
 	})
 	data := bytes.Repeat([]byte("snapshot"), 1<<17) // 1 MiB: more than the socket buffers hold

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -817,5 +818,22 @@ func saveArtifacts(t *testing.T, spec runSpec, c *Cluster, m *allocModel, check 
 			_ = os.WriteFile(filepath.Join(dir, p.Name+".log"), src, 0o644)
 		}
 	}
+	for _, p := range c.Servers {
+		if err := copyDataDir(p, filepath.Join(dir, p.Name+"-data")); err != nil {
+			t.Logf("saving %s's data directory: %v", p.Name, err)
+		}
+	}
 	return dir
+}
+
+// copyDataDir copies a server's data directory (its Raft log, stable
+// store and snapshots, for replaying what each replica applied), the
+// server frozen meanwhile so that the copy is whole.
+func copyDataDir(p *Process, to string) error {
+	if p.Running() {
+		if err := p.Signal(syscall.SIGSTOP); err == nil {
+			defer func() { _ = p.Signal(syscall.SIGCONT) }()
+		}
+	}
+	return os.CopyFS(to, os.DirFS(p.DataDir))
 }
