@@ -28,6 +28,20 @@ func newTestNetTransport(t *testing.T, timeout time.Duration) *raft.NetworkTrans
 	})
 }
 
+// transportPair returns a plain network transport to send from and a
+// wrapped one to receive on, both closed when the test ends.
+func transportPair(t *testing.T) (*raft.NetworkTransport, *commitBoundTransport) {
+	sender := newTestNetTransport(t, 5*time.Second)
+	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second), hclog.NewNullLogger())
+	t.Cleanup(func() {
+		sender.CloseStreams()
+		sender.Close()
+		receiver.CloseStreams()
+		receiver.Close()
+	})
+	return sender, receiver
+}
+
 // TestAppendEntriesCommitIsBounded: a follower never learns a commit index
 // beyond the last entry a request carries, so it cannot commit entries of
 // its own that the leader never matched.
@@ -132,14 +146,7 @@ func TestTransportCloseWaitsForHeartbeats(t *testing.T) {
 // that does not follow, goes where Raft's main loop takes requests, so
 // that a leader never numbers its entries with a term changed under it.
 func TestHeartbeatThatChangesTheTermGoesToTheMainLoop(t *testing.T) {
-	sender := newTestNetTransport(t, 5*time.Second)
-	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second), hclog.NewNullLogger())
-	defer func() {
-		sender.CloseStreams()
-		sender.Close()
-		receiver.CloseStreams()
-		receiver.Close()
-	}()
+	sender, receiver := transportPair(t)
 	var following atomic.Bool
 	receiver.setReplica(&replicaView{
 		term: func() uint64 { return 3 }, applied: func() uint64 { return 0 }, following: following.Load,
@@ -195,14 +202,7 @@ func TestHeartbeatThatChangesTheTermGoesToTheMainLoop(t *testing.T) {
 // that a stale snapshot sent on another connection meanwhile is judged
 // against what Raft installed.
 func TestStaleSnapshotIsNotInstalled(t *testing.T) {
-	sender := newTestNetTransport(t, 5*time.Second)
-	receiver := newCommitBoundTransport(newTestNetTransport(t, 5*time.Second), hclog.NewNullLogger())
-	defer func() {
-		sender.CloseStreams()
-		sender.Close()
-		receiver.CloseStreams()
-		receiver.Close()
-	}()
+	sender, receiver := transportPair(t)
 	var applied atomic.Uint64
 	applied.Store(100)
 	receiver.setReplica(&replicaView{
