@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ func benchServer(b *testing.B, gpus, history int) *Server {
 	}
 	do := func(method, path, body string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
+		srv.ServeHTTP(rec, jsonRequest(method, path, body))
 		if rec.Code >= 300 {
 			b.Fatalf("%s %s: %d %s", method, path, rec.Code, rec.Body)
 		}
@@ -33,6 +34,13 @@ func benchServer(b *testing.B, gpus, history int) *Server {
 	return srv
 }
 
+// jsonRequest is a request with a JSON body, as the API asks.
+func jsonRequest(method, path, body string) *http.Request {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	return r
+}
+
 // BenchmarkCreateRelease is one allocate and one release through the
 // handler (decode, apply on the fake, encode).
 func BenchmarkCreateRelease(b *testing.B) {
@@ -40,7 +48,7 @@ func BenchmarkCreateRelease(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		rec := httptest.NewRecorder()
-		srv.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/allocations", strings.NewReader(gpuReq)))
+		srv.ServeHTTP(rec, jsonRequest("POST", "/v1/allocations", gpuReq))
 		if rec.Code != 200 {
 			b.Fatalf("%d %s", rec.Code, rec.Body)
 		}

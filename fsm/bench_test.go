@@ -529,7 +529,7 @@ func BenchmarkReplicaBatch(b *testing.B) {
 		prev = next
 		batch.Time = now + int64(n+1)*int64(time.Millisecond)
 		for _, c := range batch.Commands {
-			c.meta().Time = batch.Time
+			Stamp(c, time.Unix(0, batch.Time)) // as the leader does: time and digest
 		}
 		data, err := Encode(batch)
 		if err != nil {

@@ -40,11 +40,15 @@ const (
 // Meta is carried by every command: the client's request ID (a retried
 // command with a known ID returns the first result), the namespace the
 // command acts in (allocations; request IDs are scoped by it) and the time
-// the leader stamped on it, in Unix nanoseconds.
+// the leader stamped on it, in Unix nanoseconds. Digest is the command's
+// digest for the request-ID check (commandDigest), which the leader
+// computes once before proposing (Stamp) so that the replicas need not;
+// a replica computes it for an entry without one.
 type Meta struct {
 	RequestID string `json:"request_id,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Time      int64  `json:"time"`
+	Digest    string `json:"digest,omitempty"`
 }
 
 func (m *Meta) meta() *Meta { return m }
@@ -232,10 +236,16 @@ func newCommand(t CommandType) Command {
 	return nil
 }
 
-// Stamp sets the command's time (the leader does this before proposing)
-// and returns the command.
+// Stamp sets the command's time and, when it has a request ID, its
+// digest (the leader does this before proposing), and returns the
+// command. A command changed after Stamp must be stamped again.
 func Stamp(c Command, t time.Time) Command {
-	c.meta().Time = t.UnixNano()
+	m := c.meta()
+	m.Time = t.UnixNano()
+	m.Digest = ""
+	if m.RequestID != "" {
+		m.Digest = commandDigest(c)
+	}
 	return c
 }
 
@@ -310,15 +320,17 @@ func decodeWith(b []byte, unmarshal func([]byte, any) error) (Command, error) {
 }
 
 // commandDigest identifies a command for the request-ID check: its type
-// and payload, without the leader's time and the request ID itself, so a
-// retry of the same request matches and another request does not. An
-// Allocate's allocation ID is left out too: the node that takes a request
-// draws it, so a retry through another node carries another one, and
-// must still get the first answer. (Entries without an ID hash as before.)
+// and payload, without the leader's time, the request ID itself and the
+// digest, so a retry of the same request matches and another request
+// does not. An Allocate's allocation ID is left out too: the node that
+// takes a request draws it, so a retry through another node carries
+// another one, and must still get the first answer. (Entries without an
+// ID hash as before.) A server that does not know Meta.Digest computes
+// the same value, since the field is left out.
 func commandDigest(c Command) string {
 	m := c.meta()
 	saved := *m
-	m.Time, m.RequestID = 0, ""
+	m.Time, m.RequestID, m.Digest = 0, "", ""
 	var allocID string
 	if a, ok := c.(*Allocate); ok {
 		allocID, a.AllocationID = a.AllocationID, ""

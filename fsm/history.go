@@ -346,10 +346,12 @@ type cacheEntry struct {
 	Err          *Error `json:"error,omitempty"`
 }
 
-// key is where the entry is found: request IDs are scoped per namespace.
-func (e *cacheEntry) key() string { return cacheKey(e.Namespace, e.RequestID) }
+// requestKey is where an entry is found: request IDs are scoped per
+// namespace. A pair rather than one joined string, so that neither a
+// lookup nor an insert builds a key.
+type requestKey struct{ namespace, id string }
 
-func cacheKey(ns, id string) string { return ns + "\x00" + id }
+func (e *cacheEntry) key() requestKey { return requestKey{e.Namespace, e.RequestID} }
 
 // requestCache keeps the entries oldest first in a ring that doubles when
 // full, so entries are never copied as old ones are dropped. The digest
@@ -364,16 +366,16 @@ type requestCache struct {
 	// of entries; entry q lives at ring[q&(len(ring)-1)].
 	head   int
 	n      int
-	byID   map[string]int // sequence number
+	byID   map[requestKey]int // sequence number
 	digest uint64
 	rec    enc // reused to encode an entry for its hash
 }
 
-func newRequestCache() *requestCache { return &requestCache{byID: map[string]int{}} }
+func newRequestCache() *requestCache { return &requestCache{byID: map[requestKey]int{}} }
 
 func (c *requestCache) at(q int) *cacheEntry { return &c.ring[q&(len(c.ring)-1)] }
 
-func (c *requestCache) get(key string) (cacheEntry, bool) {
+func (c *requestCache) get(key requestKey) (cacheEntry, bool) {
 	q, ok := c.byID[key]
 	if !ok {
 		return cacheEntry{}, false

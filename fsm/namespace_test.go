@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func inNamespace(c Command, ns string) Command {
@@ -81,6 +82,54 @@ func TestRequestIDsPerNamespace(t *testing.T) {
 	}
 	if a, _ := h.s.Allocation(first.ID); a.Status != Active {
 		t.Fatalf("the first allocation is %s", a.Status)
+	}
+}
+
+// TestLeaderDigestIsTheReplicasDigest: the digest the leader stamps on a
+// command is the one a replica computes for an entry without it (an entry
+// of an older leader), and a replica goes by the entry's digest when it
+// has one.
+func TestLeaderDigestIsTheReplicasDigest(t *testing.T) {
+	h := newHarness(t)
+	h.must(host("h1", gpu("g1", 80), gpu("g2", 80)))
+	req := func(memGB float64) *Allocate {
+		c := gpuReq(memGB)
+		c.RequestID, c.Namespace = "job-7", "team-a"
+		return c
+	}
+	stamped := func(c *Allocate) *Allocate {
+		Stamp(c, time.Unix(0, h.now))
+		return c
+	}
+	if c := stamped(gpuReq(16)); c.Digest != "" {
+		t.Fatalf("a command without a request ID got digest %q", c.Digest)
+	}
+	c := stamped(req(16))
+	if c.Digest == "" || c.Digest != commandDigest(req(16)) {
+		t.Fatalf("stamped digest %q, computed %q", c.Digest, commandDigest(req(16)))
+	}
+	if restamped := stamped(req(80)); restamped.Digest == c.Digest {
+		t.Fatal("another body stamped the same digest")
+	}
+	first := h.must(c).Allocation
+	for _, tc := range []struct {
+		name string
+		cmd  *Allocate
+		want error // nil: the first allocation
+	}{
+		{"a retry without a digest", req(16), nil},
+		{"a retry with the digest", stamped(req(16)), nil},
+		{"another body without a digest", req(80), ErrRequestIDReused},
+		{"another body with its digest", stamped(req(80)), ErrRequestIDReused},
+		{"another body with the first digest", func() *Allocate { b := req(80); b.Digest = c.Digest; return b }(), nil},
+	} {
+		r := h.apply(tc.cmd)
+		switch {
+		case tc.want != nil && !errors.Is(r.Err, tc.want):
+			t.Errorf("%s: %+v, want %v", tc.name, r, tc.want)
+		case tc.want == nil && (r.Err != nil || r.Allocation == nil || r.Allocation.ID != first.ID):
+			t.Errorf("%s: %+v, want the first allocation %s", tc.name, r, first.ID)
+		}
 	}
 }
 

@@ -134,10 +134,12 @@ func (s *State) Apply(idx uint64, c Command) Result {
 		return res
 	}
 	m := c.meta()
-	var digest string
+	digest := m.Digest
 	if m.RequestID != "" {
-		digest = commandDigest(c)
-		if e, ok := s.cache.get(cacheKey(m.Namespace, m.RequestID)); ok {
+		if digest == "" {
+			digest = commandDigest(c)
+		}
+		if e, ok := s.cache.get(requestKey{m.Namespace, m.RequestID}); ok {
 			if e.Digest != "" && e.Digest != digest {
 				return Result{Index: idx, Err: errf(ErrRequestIDReused, "request id %q was used for another request at index %d", m.RequestID, e.Index)}
 			}
