@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dmsc/dmsc/cluster"
@@ -111,9 +112,25 @@ func answerAllocation(w http.ResponseWriter, r *http.Request, a *fsm.Allocation)
 	if a.Status == fsm.Pending {
 		status = http.StatusAccepted
 	}
-	writeJSON(w, r, status, allocationToWire(a))
+	wa := allocationToWire(a)
+	if !pretty(r) {
+		buf := answerBuffers.Get().(*[]byte)
+		defer answerBuffers.Put(buf)
+		if b, ok := appendAllocation((*buf)[:0], &wa); ok {
+			*buf = b
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = w.Write(append(b, '\n'))
+			return nil
+		}
+	}
+	writeJSON(w, r, status, wa)
 	return nil
 }
+
+// answerBuffers hold the answers appendAllocation writes; Write copies
+// them out before they return to the pool.
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // GET /v1/allocations
 func (s *Server) listAllocations(w http.ResponseWriter, r *http.Request) error {

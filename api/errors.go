@@ -126,8 +126,13 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
-	if r != nil && r.URL.RawQuery != "" && r.URL.Query().Has("pretty") {
+	if pretty(r) {
 		enc.SetIndent("", "  ")
 	}
 	_ = enc.Encode(v)
+}
+
+// pretty reports whether the request asks for indented JSON (?pretty).
+func pretty(r *http.Request) bool {
+	return r != nil && r.URL.RawQuery != "" && r.URL.Query().Has("pretty")
 }
