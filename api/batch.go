@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,28 +78,30 @@ func (s *Server) batch(w http.ResponseWriter, r *http.Request) error {
 // their bodies as they are: JSON the server wrote itself, which
 // encoding/json would scan again for nothing.
 func appendBatchResponse(b []byte, items []itemWriter) []byte {
-	b = append(b, `{"responses":[`...)
+	size := 0
+	for i := range items {
+		size += items[i].body.Len() + 128
+	}
+	j := jsonAppender{b: slices.Grow(b, size)}
+	j.raw(`{"responses":[`)
 	for i := range items {
 		res := items[i].result()
 		if i > 0 {
-			b = append(b, ',')
+			j.raw(",")
 		}
-		b = append(b, `{"status":`...)
-		b = strconv.AppendInt(b, int64(res.Status), 10)
+		j.raw(`{"status":`)
+		j.int(int64(res.Status))
 		if res.Index > 0 {
-			b = append(b, `,"index":`...)
-			b = strconv.AppendUint(b, res.Index, 10)
+			j.raw(`,"index":`)
+			j.uint(res.Index)
 		}
-		if res.RequestID != "" {
-			id, _ := json.Marshal(res.RequestID)
-			b = append(b, `,"request_id":`...)
-			b = append(b, id...)
-		}
-		b = append(b, `,"body":`...)
-		b = append(b, res.Body...)
-		b = append(b, '}')
+		j.optStr(`,"request_id":`, res.RequestID)
+		j.raw(`,"body":`)
+		j.b = append(j.b, res.Body...)
+		j.raw("}")
 	}
-	return append(b, "]}\n"...)
+	j.raw("]}\n")
+	return j.b
 }
 
 // itemWorkers runs the requests of batches on goroutines that stay a

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -207,5 +208,33 @@ func TestWriteAnswerSaysForwarded(t *testing.T) {
 		if got := e.do("POST", "/v1/batch", batch).ok(200).hdr.Get(wire.HeaderForwarded); got != want {
 			t.Fatalf("follower %v: a batch answered %s %q, want %q", follower, wire.HeaderForwarded, got, want)
 		}
+	}
+}
+
+// TestBatchResponseIsEncodingJSON: the batch's answer, written by hand
+// around its items' bodies, is what encoding/json writes for it.
+func TestBatchResponseIsEncodingJSON(t *testing.T) {
+	items := make([]itemWriter, 4)
+	for i, id := range []string{"", "959285df-1961-540f-9a27-c21c22c6a7bb", `a"<b>&\`, "µ\xff"} {
+		items[i].header = http.Header{}
+		if id != "" {
+			items[i].header.Set(wire.HeaderRequestID, id)
+		}
+		if i%2 == 1 {
+			items[i].header.Set(wire.HeaderIndex, strconv.Itoa(1000+i))
+			items[i].WriteHeader(http.StatusAccepted)
+			_, _ = items[i].Write([]byte(`{"id":"x"}` + "\n"))
+		}
+	}
+	var want wire.BatchResponse
+	for i := range items {
+		want.Responses = append(want.Responses, items[i].result())
+	}
+	enc, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendBatchResponse(nil, items); string(got) != string(enc)+"\n" {
+		t.Fatalf("batch answer\n%s\nencoding/json\n%s", got, enc)
 	}
 }
