@@ -298,7 +298,16 @@ var decodeOptions = jsonv1.FormatDurationAsNano(true)
 // and FuzzDecode compare them), so servers of builds before and after this
 // decoder apply a log alike.
 func Decode(b []byte) (Command, error) {
-	return decodeWith(b, func(payload []byte, c any) error { return jsonv2.Unmarshal(payload, c, decodeOptions) })
+	return decodeWith(b, unmarshalCommand)
+}
+
+// unmarshalCommand reads a command's payload: the plain allocation
+// writes directly (decodeFast), the rest with encoding/json/v2.
+func unmarshalCommand(payload []byte, c any) error {
+	if decodeFast(payload, c) {
+		return nil
+	}
+	return jsonv2.Unmarshal(payload, c, decodeOptions)
 }
 
 // decodeWith reads a command with the given JSON decoder.
