@@ -1,12 +1,11 @@
 package api
 
 import (
-	"encoding/json"
-	"math"
 	"strconv"
 	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
+	"github.com/dmsc/dmsc/internal/jsonappend"
 )
 
 // The answer to every allocation write is one wire.Allocation, and
@@ -102,20 +101,8 @@ func (j *jsonAppender) int(v int64) { j.b = strconv.AppendInt(j.b, v, 10) }
 
 func (j *jsonAppender) uint(v uint64) { j.b = strconv.AppendUint(j.b, v, 10) }
 
-// str writes a string. encoding/json escapes control characters, quotes,
-// backslashes and <, > and & (for HTML), and replaces invalid UTF-8;
-// a string of other ASCII goes as it is, anything else through it.
-func (j *jsonAppender) str(s string) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			j.value(s)
-			return
-		}
-	}
-	j.b = append(j.b, '"')
-	j.b = append(j.b, s...)
-	j.b = append(j.b, '"')
-}
+// str writes a string.
+func (j *jsonAppender) str(s string) { j.b = jsonappend.String(j.b, s) }
 
 // optStr writes name and s unless s is empty (omitempty).
 func (j *jsonAppender) optStr(name, s string) {
@@ -168,19 +155,9 @@ func (j *jsonAppender) optDuration(name string, d wire.Duration) {
 
 // float writes f as encoding/json writes a float64.
 func (j *jsonAppender) float(f float64) {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
+	var ok bool
+	if j.b, ok = jsonappend.Float(j.b, f); !ok {
 		j.ok = false
-		return
-	}
-	format, abs := byte('f'), math.Abs(f)
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	j.b = strconv.AppendFloat(j.b, f, format, -1, 64)
-	if n := len(j.b); format == 'e' && n >= 4 && j.b[n-4] == 'e' && j.b[n-3] == '-' && j.b[n-2] == '0' {
-		// e-09 to e-9, as encoding/json does.
-		j.b[n-2] = j.b[n-1]
-		j.b = j.b[:n-1]
 	}
 }
 
@@ -259,12 +236,9 @@ func (j *jsonAppender) claim(c *wire.Claim) {
 	j.raw(`,"capabilities":`)
 	custom := ""
 	if len(c.Capabilities.Custom) > 0 {
-		m, err := json.Marshal(c.Capabilities.Custom)
-		if err != nil {
-			j.ok = false
-			return
-		}
-		custom = `"custom":` + string(m)
+		m, ok := jsonappend.Value([]byte(`"custom":`), c.Capabilities.Custom)
+		j.ok = j.ok && ok
+		custom = string(m)
 	}
 	j.resources(&c.Capabilities.Resources, custom)
 	j.raw(`,"amount":`)
@@ -275,10 +249,8 @@ func (j *jsonAppender) claim(c *wire.Claim) {
 
 // value writes v with encoding/json.
 func (j *jsonAppender) value(v any) {
-	m, err := json.Marshal(v)
-	if err != nil {
+	var ok bool
+	if j.b, ok = jsonappend.Value(j.b, v); !ok {
 		j.ok = false
-		return
 	}
-	j.b = append(j.b, m...)
 }

@@ -272,6 +272,9 @@ func Encode(c Command) ([]byte, error) {
 	if b, ok := c.(*Batch); ok {
 		return encodeBatch(b)
 	}
+	if out, ok := encodeFast(append(make([]byte, 0, 512), byte(c.Type())), c); ok {
+		return out, nil
+	}
 	payload, err := json.Marshal(c)
 	if err != nil {
 		return nil, errf(ErrInvalid, "encode command: %v", err)
@@ -279,6 +282,14 @@ func Encode(c Command) ([]byte, error) {
 	out := make([]byte, 0, len(payload)+1)
 	out = append(out, byte(c.Type()))
 	return append(out, payload...), nil
+}
+
+// encodePayload is c's payload as encoding/json writes it.
+func encodePayload(c Command) ([]byte, error) {
+	if b, ok := encodeFast(nil, c); ok {
+		return b, nil
+	}
+	return json.Marshal(c)
 }
 
 // decodeOptions make the payload decoder read what encoding/json writes:
@@ -344,7 +355,7 @@ func commandDigest(c Command) string {
 	if a, ok := c.(*Allocate); ok {
 		allocID, a.AllocationID = a.AllocationID, ""
 	}
-	payload, err := json.Marshal(c)
+	payload, err := encodePayload(c)
 	*m = saved
 	if a, ok := c.(*Allocate); ok {
 		a.AllocationID = allocID

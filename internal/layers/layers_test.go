@@ -29,6 +29,9 @@ var layers = []struct {
 }{
 	// The cluster's certificates, on the standard library alone.
 	{"certs", []string{"internal/certs"}},
+	// JSON written directly as encoding/json writes it, on the standard
+	// library alone.
+	{"jsonappend", []string{"internal/jsonappend"}},
 	// The JSON of the HTTP API, shared by the SDK and the server.
 	{"wire", []string{"client/wire"}},
 	// The web UI's files.
