@@ -1,7 +1,6 @@
 package api
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/dmsc/dmsc/client/wire"
@@ -26,106 +25,82 @@ import (
 // refuses (a NaN, a year past 9999); the caller then lets encoding/json
 // answer as before.
 func appendAllocation(b []byte, a *wire.Allocation) (_ []byte, ok bool) {
-	j := jsonAppender{b: b, ok: true}
-	j.raw(`{"id":`)
-	j.str(a.ID)
-	if a.RequestID != "" {
-		j.raw(`,"request_id":`)
-		j.str(a.RequestID)
-	}
-	j.raw(`,"namespace":`)
-	j.str(a.Namespace)
-	j.raw(`,"request":`)
+	j := jsonAppender{jsonappend.New(b)}
+	j.Raw(`{"id":`)
+	j.Str(a.ID)
+	j.OptStr(`,"request_id":`, a.RequestID)
+	j.Raw(`,"namespace":`)
+	j.Str(a.Namespace)
+	j.Raw(`,"request":`)
 	j.request(&a.Request)
-	j.raw(`,"status":`)
-	j.str(string(a.Status))
-	j.raw(`,"policy":`)
-	j.str(string(a.Policy))
-	j.optStr(`,"host":`, a.Host)
+	j.Raw(`,"status":`)
+	j.Str(string(a.Status))
+	j.Raw(`,"policy":`)
+	j.Str(string(a.Policy))
+	j.OptStr(`,"host":`, a.Host)
 	j.optStrs(`,"hosts":`, a.Hosts)
 	if len(a.Devices) > 0 {
-		j.raw(`,"devices":[`)
+		j.Raw(`,"devices":[`)
 		for i := range a.Devices {
 			if i > 0 {
-				j.raw(",")
+				j.Raw(",")
 			}
 			d := &a.Devices[i]
-			j.raw(`{"device_id":`)
-			j.str(d.DeviceID)
-			j.raw(`,"claim":`)
-			j.int(int64(d.Claim))
-			j.raw(`,"amount":`)
+			j.Raw(`{"device_id":`)
+			j.Str(d.DeviceID)
+			j.Raw(`,"claim":`)
+			j.Int(int64(d.Claim))
+			j.Raw(`,"amount":`)
 			j.resources(&d.Amount, "")
-			j.raw("}")
+			j.Raw("}")
 		}
-		j.raw("]")
+		j.Raw("]")
 	}
 	j.optStrs(`,"reserved":`, a.Reserved)
 	j.optTime(`,"expected_start":`, a.ExpectedStart)
-	j.raw(`,"seq":`)
-	j.uint(a.Seq)
-	j.raw(`,"create_index":`)
-	j.uint(a.CreateIndex)
-	j.raw(`,"modify_index":`)
-	j.uint(a.ModifyIndex)
+	j.Raw(`,"seq":`)
+	j.Uint(a.Seq)
+	j.Raw(`,"create_index":`)
+	j.Uint(a.CreateIndex)
+	j.Raw(`,"modify_index":`)
+	j.Uint(a.ModifyIndex)
 	j.optTime(`,"requested_at":`, a.RequestedAt)
 	j.optTime(`,"allocated_at":`, a.AllocatedAt)
 	j.optTime(`,"ended_at":`, a.EndedAt)
 	j.optTime(`,"deadline":`, a.Deadline)
 	j.optTime(`,"lease_expires_at":`, a.LeaseExpiresAt)
-	j.optStr(`,"preempted_by":`, a.PreemptedBy)
+	j.OptStr(`,"preempted_by":`, a.PreemptedBy)
 	j.optStrs(`,"preempted":`, a.Preempted)
 	if a.Preempting != nil {
-		j.raw(`,"preempting":`)
-		j.value(a.Preempting)
+		j.Raw(`,"preempting":`)
+		j.Value(a.Preempting)
 	}
-	j.optStr(`,"reason":`, a.Reason)
+	j.OptStr(`,"reason":`, a.Reason)
 	if a.WhyNot != nil {
-		j.raw(`,"why_not":`)
-		j.value(a.WhyNot)
+		j.Raw(`,"why_not":`)
+		j.Value(a.WhyNot)
 	}
-	j.raw("}")
-	return j.b, j.ok
+	j.Raw("}")
+	return j.B, j.OK
 }
 
-// jsonAppender appends JSON as encoding/json writes it; ok turns false
-// at the first value it would refuse.
-type jsonAppender struct {
-	b  []byte
-	ok bool
-}
-
-func (j *jsonAppender) raw(s string) { j.b = append(j.b, s...) }
-
-func (j *jsonAppender) int(v int64) { j.b = strconv.AppendInt(j.b, v, 10) }
-
-func (j *jsonAppender) uint(v uint64) { j.b = strconv.AppendUint(j.b, v, 10) }
-
-// str writes a string.
-func (j *jsonAppender) str(s string) { j.b = jsonappend.String(j.b, s) }
-
-// optStr writes name and s unless s is empty (omitempty).
-func (j *jsonAppender) optStr(name, s string) {
-	if s != "" {
-		j.raw(name)
-		j.str(s)
-	}
-}
+// jsonAppender writes the JSON of the wire types of an allocation.
+type jsonAppender struct{ jsonappend.Appender }
 
 // optStrs writes name and the strings unless there are none (omitempty).
 func (j *jsonAppender) optStrs(name string, ss []string) {
 	if len(ss) == 0 {
 		return
 	}
-	j.raw(name)
-	j.b = append(j.b, '[')
+	j.Raw(name)
+	j.B = append(j.B, '[')
 	for i, s := range ss {
 		if i > 0 {
-			j.b = append(j.b, ',')
+			j.B = append(j.B, ',')
 		}
-		j.str(s)
+		j.Str(s)
 	}
-	j.b = append(j.b, ']')
+	j.B = append(j.B, ']')
 }
 
 // optTime writes name and t unless t is zero (omitzero), as
@@ -134,123 +109,88 @@ func (j *jsonAppender) optTime(name string, t time.Time) {
 	if t.IsZero() {
 		return
 	}
-	j.raw(name)
-	j.b = append(j.b, '"')
-	b, err := t.AppendText(j.b)
+	j.Raw(name)
+	j.B = append(j.B, '"')
+	b, err := t.AppendText(j.B)
 	if err != nil {
-		j.ok = false
+		j.OK = false
 		return
 	}
-	j.b = append(b, '"')
+	j.B = append(b, '"')
 }
 
 // optDuration writes name and d unless d is zero (omitempty), as
 // wire.Duration.MarshalJSON does.
 func (j *jsonAppender) optDuration(name string, d wire.Duration) {
 	if d != 0 {
-		j.raw(name)
-		j.str(time.Duration(d).String())
-	}
-}
-
-// float writes f as encoding/json writes a float64.
-func (j *jsonAppender) float(f float64) {
-	var ok bool
-	if j.b, ok = jsonappend.Float(j.b, f); !ok {
-		j.ok = false
+		j.Raw(name)
+		j.Str(time.Duration(d).String())
 	}
 }
 
 // resources writes r, its zero members left out (omitempty), and then
 // the rest of its object (after, already JSON) before the brace.
 func (j *jsonAppender) resources(r *wire.Resources, after string) {
-	j.b = append(j.b, '{')
+	j.Raw("{")
 	first := true
-	for _, m := range [...]struct {
-		name string
-		v    float64
-	}{{`"memory_gb":`, r.MemoryGB}, {`"compute_units":`, r.ComputeUnits}, {`"storage_gb":`, r.StorageGB}, {`"bandwidth_gbps":`, r.BandwidthGbps}} {
-		if m.v == 0 {
-			continue
-		}
-		if !first {
-			j.b = append(j.b, ',')
-		}
-		first = false
-		j.raw(m.name)
-		j.float(m.v)
-	}
+	j.OptFloat(&first, `"memory_gb":`, r.MemoryGB)
+	j.OptFloat(&first, `"compute_units":`, r.ComputeUnits)
+	j.OptFloat(&first, `"storage_gb":`, r.StorageGB)
+	j.OptFloat(&first, `"bandwidth_gbps":`, r.BandwidthGbps)
 	if after != "" {
 		if !first {
-			j.b = append(j.b, ',')
+			j.Raw(",")
 		}
-		j.raw(after)
+		j.Raw(after)
 	}
-	j.b = append(j.b, '}')
+	j.Raw("}")
 }
 
 func (j *jsonAppender) request(r *wire.Request) {
-	j.raw(`{"claims":`)
+	j.Raw(`{"claims":`)
 	if r.Claims == nil {
-		j.raw("null")
+		j.Raw("null")
 	} else {
-		j.b = append(j.b, '[')
+		j.B = append(j.B, '[')
 		for i := range r.Claims {
 			if i > 0 {
-				j.b = append(j.b, ',')
+				j.B = append(j.B, ',')
 			}
 			j.claim(&r.Claims[i])
 		}
-		j.b = append(j.b, ']')
+		j.B = append(j.B, ']')
 	}
-	if r.Priority != 0 {
-		j.raw(`,"priority":`)
-		j.int(int64(r.Priority))
-	}
+	j.OptInt(`,"priority":`, int64(r.Priority))
 	j.optDuration(`,"timeout":`, r.Timeout)
 	j.optDuration(`,"lease_ttl":`, r.LeaseTTL)
-	j.optStr(`,"pool":`, r.Pool)
+	j.OptStr(`,"pool":`, r.Pool)
 	if r.Labels.Required != nil || r.Labels.Preferred != nil || r.Labels.Forbidden != nil {
-		j.raw(`,"labels":`)
-		j.value(&r.Labels)
+		j.Raw(`,"labels":`)
+		j.Value(&r.Labels)
 	}
-	if r.MaxHosts != 0 {
-		j.raw(`,"max_hosts":`)
-		j.int(int64(r.MaxHosts))
-	}
-	if r.MinPerHost != 0 {
-		j.raw(`,"min_per_host":`)
-		j.int(int64(r.MinPerHost))
-	}
-	j.optStr(`,"same":`, r.Same)
-	j.optStr(`,"host":`, r.Host)
-	j.b = append(j.b, '}')
+	j.OptInt(`,"max_hosts":`, int64(r.MaxHosts))
+	j.OptInt(`,"min_per_host":`, int64(r.MinPerHost))
+	j.OptStr(`,"same":`, r.Same)
+	j.OptStr(`,"host":`, r.Host)
+	j.B = append(j.B, '}')
 }
 
 func (j *jsonAppender) claim(c *wire.Claim) {
-	j.raw(`{"type":`)
-	j.str(string(c.Type))
-	j.raw(`,"count":`)
-	j.int(int64(c.Count))
-	j.optStr(`,"pool":`, c.Pool)
-	j.raw(`,"capabilities":`)
+	j.Raw(`{"type":`)
+	j.Str(string(c.Type))
+	j.Raw(`,"count":`)
+	j.Int(int64(c.Count))
+	j.OptStr(`,"pool":`, c.Pool)
+	j.Raw(`,"capabilities":`)
 	custom := ""
 	if len(c.Capabilities.Custom) > 0 {
 		m, ok := jsonappend.Value([]byte(`"custom":`), c.Capabilities.Custom)
-		j.ok = j.ok && ok
+		j.OK = j.OK && ok
 		custom = string(m)
 	}
 	j.resources(&c.Capabilities.Resources, custom)
-	j.raw(`,"amount":`)
+	j.Raw(`,"amount":`)
 	j.resources(&c.Amount, "")
-	j.optStr(`,"topology":`, c.Topology)
-	j.b = append(j.b, '}')
-}
-
-// value writes v with encoding/json.
-func (j *jsonAppender) value(v any) {
-	var ok bool
-	if j.b, ok = jsonappend.Value(j.b, v); !ok {
-		j.ok = false
-	}
+	j.OptStr(`,"topology":`, c.Topology)
+	j.B = append(j.B, '}')
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dmsc/dmsc/client/wire"
 	"github.com/dmsc/dmsc/cluster"
+	"github.com/dmsc/dmsc/internal/jsonappend"
 )
 
 // batchKey marks the context of a request served as part of a batch.
@@ -82,26 +83,26 @@ func appendBatchResponse(b []byte, items []itemWriter) []byte {
 	for i := range items {
 		size += items[i].body.Len() + 128
 	}
-	j := jsonAppender{b: slices.Grow(b, size)}
-	j.raw(`{"responses":[`)
+	j := jsonappend.New(slices.Grow(b, size))
+	j.Raw(`{"responses":[`)
 	for i := range items {
 		res := items[i].result()
 		if i > 0 {
-			j.raw(",")
+			j.Raw(",")
 		}
-		j.raw(`{"status":`)
-		j.int(int64(res.Status))
+		j.Raw(`{"status":`)
+		j.Int(int64(res.Status))
 		if res.Index > 0 {
-			j.raw(`,"index":`)
-			j.uint(res.Index)
+			j.Raw(`,"index":`)
+			j.Uint(res.Index)
 		}
-		j.optStr(`,"request_id":`, res.RequestID)
-		j.raw(`,"body":`)
-		j.b = append(j.b, res.Body...)
-		j.raw("}")
+		j.OptStr(`,"request_id":`, res.RequestID)
+		j.Raw(`,"body":`)
+		j.B = append(j.B, res.Body...)
+		j.Raw("}")
 	}
-	j.raw("]}\n")
-	return j.b
+	j.Raw("]}\n")
+	return j.B
 }
 
 // itemWorkers runs the requests of batches on goroutines that stay a

@@ -30,42 +30,42 @@ func decodeFast(payload []byte, c any) bool {
 		}
 		r.want(`"request":`)
 		r.request(&v.Request)
-		if r.end() {
-			*c = v
-			return true
-		}
+		return read(&r, c, v)
 	case *Release:
 		var v Release
-		r.meta(&v.Meta)
-		r.want(`"allocation_id":`)
-		v.AllocationID = r.str()
-		if r.end() {
-			*c = v
-			return true
-		}
+		r.allocationWrite(&v.Meta, &v.AllocationID)
+		return read(&r, c, v)
 	case *Cancel:
 		var v Cancel
-		r.meta(&v.Meta)
-		r.want(`"allocation_id":`)
-		v.AllocationID = r.str()
-		if r.end() {
-			*c = v
-			return true
-		}
+		r.allocationWrite(&v.Meta, &v.AllocationID)
+		return read(&r, c, v)
 	case *Renew:
 		var v Renew
-		r.meta(&v.Meta)
-		r.want(`"allocation_id":`)
-		v.AllocationID = r.str()
+		r.allocationWrite(&v.Meta, &v.AllocationID)
 		if r.member(`"ttl":`) {
 			v.TTL = time.Duration(r.int(64))
 		}
-		if r.end() {
-			*c = v
-			return true
-		}
+		return read(&r, c, v)
 	}
 	return false
+}
+
+// read ends the outer object and, when the whole payload was read, sets
+// c to v.
+func read[T any](r *fastReader, c *T, v T) bool {
+	if !r.end() {
+		return false
+	}
+	*c = v
+	return true
+}
+
+// allocationWrite reads the opening brace, Meta's members and an
+// allocation ID.
+func (r *fastReader) allocationWrite(m *Meta, id *string) {
+	r.meta(m)
+	r.want(`"allocation_id":`)
+	*id = r.str()
 }
 
 // fastReader reads one JSON object of a known form; ok turns false at
@@ -181,12 +181,7 @@ func (r *fastReader) number(integer bool) []byte {
 	}
 	if !integer {
 		if i < len(b) && b[i] == '.' {
-			i++
-			start := i
-			for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-				i++
-			}
-			if i == start {
+			if i = digits(b, i+1); i < 0 {
 				r.ok = false
 				return nil
 			}
@@ -196,11 +191,7 @@ func (r *fastReader) number(integer bool) []byte {
 			if i < len(b) && (b[i] == '+' || b[i] == '-') {
 				i++
 			}
-			start := i
-			for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-				i++
-			}
-			if i == start {
+			if i = digits(b, i); i < 0 {
 				r.ok = false
 				return nil
 			}
@@ -212,6 +203,19 @@ func (r *fastReader) number(integer bool) []byte {
 	n := b[r.i:i]
 	r.i = i
 	return n
+}
+
+// digits returns the index after the digits of b from i, at least one;
+// -1 when there is none.
+func digits(b []byte, i int) int {
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == start {
+		return -1
+	}
+	return i
 }
 
 // int reads an integer that fits in bits.

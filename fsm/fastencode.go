@@ -1,10 +1,6 @@
 package fsm
 
-import (
-	"strconv"
-
-	"github.com/dmsc/dmsc/internal/jsonappend"
-)
+import "github.com/dmsc/dmsc/internal/jsonappend"
 
 // encodeFast appends the payload of an allocation write (Allocate,
 // Release, Renew, Cancel) byte for byte as encoding/json writes it, and
@@ -16,108 +12,68 @@ import (
 // a request's labels) still go through encoding/json, which sorts their
 // keys. TestFastEncodeIsEncodingJSON compares the two on random writes.
 func encodeFast(b []byte, c Command) (_ []byte, ok bool) {
-	e := entryAppender{b: b, ok: true}
+	e := entryAppender{jsonappend.New(b)}
 	switch c := c.(type) {
 	case *Allocate:
 		e.meta(&c.Meta)
 		if c.AllocationID != "" {
-			e.raw(`,"allocation_id":`)
-			e.str(c.AllocationID)
+			e.Raw(`,"allocation_id":`)
+			e.Str(c.AllocationID)
 		}
-		e.raw(`,"request":`)
+		e.Raw(`,"request":`)
 		e.request(&c.Request)
 	case *Release:
 		e.meta(&c.Meta)
-		e.raw(`,"allocation_id":`)
-		e.str(c.AllocationID)
+		e.Raw(`,"allocation_id":`)
+		e.Str(c.AllocationID)
 	case *Cancel:
 		e.meta(&c.Meta)
-		e.raw(`,"allocation_id":`)
-		e.str(c.AllocationID)
+		e.Raw(`,"allocation_id":`)
+		e.Str(c.AllocationID)
 	case *Renew:
 		e.meta(&c.Meta)
-		e.raw(`,"allocation_id":`)
-		e.str(c.AllocationID)
+		e.Raw(`,"allocation_id":`)
+		e.Str(c.AllocationID)
 		if c.TTL != 0 {
-			e.raw(`,"ttl":`)
-			e.int(int64(c.TTL))
+			e.Raw(`,"ttl":`)
+			e.Int(int64(c.TTL))
 		}
 	default:
 		return b, false
 	}
-	e.raw("}")
-	return e.b, e.ok
+	e.Raw("}")
+	return e.B, e.OK
 }
 
-// entryAppender appends a command's JSON; ok turns false at the first
-// value encoding/json would refuse.
-type entryAppender struct {
-	b  []byte
-	ok bool
-}
-
-func (e *entryAppender) raw(s string) { e.b = append(e.b, s...) }
-
-func (e *entryAppender) str(s string) { e.b = jsonappend.String(e.b, s) }
-
-func (e *entryAppender) int(v int64) { e.b = strconv.AppendInt(e.b, v, 10) }
-
-// optStr writes name and s unless s is empty (omitempty).
-func (e *entryAppender) optStr(name, s string) {
-	if s != "" {
-		e.raw(name)
-		e.str(s)
-	}
-}
-
-// optInt writes name and v unless v is zero (omitempty).
-func (e *entryAppender) optInt(name string, v int64) {
-	if v != 0 {
-		e.raw(name)
-		e.int(v)
-	}
-}
+// entryAppender writes the JSON of a command.
+type entryAppender struct{ jsonappend.Appender }
 
 // meta writes the opening brace and Meta's members.
 func (e *entryAppender) meta(m *Meta) {
-	e.raw("{")
+	e.Raw("{")
 	sep := ""
 	if m.RequestID != "" {
-		e.raw(`"request_id":`)
-		e.str(m.RequestID)
+		e.Raw(`"request_id":`)
+		e.Str(m.RequestID)
 		sep = ","
 	}
 	if m.Namespace != "" {
-		e.raw(sep + `"namespace":`)
-		e.str(m.Namespace)
+		e.Raw(sep + `"namespace":`)
+		e.Str(m.Namespace)
 		sep = ","
 	}
-	e.raw(sep + `"time":`)
-	e.int(m.Time)
-	e.optStr(`,"digest":`, m.Digest)
+	e.Raw(sep + `"time":`)
+	e.Int(m.Time)
+	e.OptStr(`,"digest":`, m.Digest)
 }
 
 // resources writes Resources' members, their zeros left out (omitempty),
-// inside an object already open; it reports whether it wrote any.
-func (e *entryAppender) resources(r *Resources) (wrote bool) {
-	for _, m := range [...]struct {
-		name string
-		v    float64
-	}{{`"memory_gb":`, r.MemoryGB}, {`"compute_units":`, r.ComputeUnits}, {`"storage_gb":`, r.StorageGB}, {`"bandwidth_gbps":`, r.BandwidthGbps}} {
-		if m.v == 0 {
-			continue
-		}
-		if wrote {
-			e.raw(",")
-		}
-		wrote = true
-		e.raw(m.name)
-		var ok bool
-		if e.b, ok = jsonappend.Float(e.b, m.v); !ok {
-			e.ok = false
-		}
-	}
-	return wrote
+// inside an object already open; first is cleared once it writes one.
+func (e *entryAppender) resources(first *bool, r *Resources) {
+	e.OptFloat(first, `"memory_gb":`, r.MemoryGB)
+	e.OptFloat(first, `"compute_units":`, r.ComputeUnits)
+	e.OptFloat(first, `"storage_gb":`, r.StorageGB)
+	e.OptFloat(first, `"bandwidth_gbps":`, r.BandwidthGbps)
 }
 
 // strMap writes name and m unless m is empty (omitempty), through
@@ -127,61 +83,60 @@ func (e *entryAppender) strMap(first *bool, name string, m map[string]string) {
 		return
 	}
 	if !*first {
-		e.raw(",")
+		e.Raw(",")
 	}
 	*first = false
-	e.raw(name)
-	var ok bool
-	if e.b, ok = jsonappend.Value(e.b, m); !ok {
-		e.ok = false
-	}
+	e.Raw(name)
+	e.Value(m)
 }
 
 func (e *entryAppender) request(q *Request) {
-	e.raw(`{"claims":`)
+	e.Raw(`{"claims":`)
 	if q.Claims == nil {
-		e.raw("null")
+		e.Raw("null")
 	} else {
-		e.raw("[")
+		e.Raw("[")
 		for i := range q.Claims {
 			if i > 0 {
-				e.raw(",")
+				e.Raw(",")
 			}
 			e.claim(&q.Claims[i])
 		}
-		e.raw("]")
+		e.Raw("]")
 	}
-	e.raw(`,"priority":`)
-	e.int(int64(q.Priority))
-	e.raw(`,"timeout":`)
-	e.int(int64(q.Timeout))
-	e.optInt(`,"lease_ttl":`, int64(q.LeaseTTL))
-	e.optStr(`,"pool":`, q.Pool)
-	e.raw(`,"labels":{`)
+	e.Raw(`,"priority":`)
+	e.Int(int64(q.Priority))
+	e.Raw(`,"timeout":`)
+	e.Int(int64(q.Timeout))
+	e.OptInt(`,"lease_ttl":`, int64(q.LeaseTTL))
+	e.OptStr(`,"pool":`, q.Pool)
+	e.Raw(`,"labels":{`)
 	first := true
 	e.strMap(&first, `"required":`, q.Labels.Required)
 	e.strMap(&first, `"preferred":`, q.Labels.Preferred)
 	e.strMap(&first, `"forbidden":`, q.Labels.Forbidden)
-	e.raw("}")
-	e.optInt(`,"max_hosts":`, int64(q.MaxHosts))
-	e.optInt(`,"min_per_host":`, int64(q.MinPerHost))
-	e.optStr(`,"same":`, q.Same)
-	e.optStr(`,"host":`, q.Host)
-	e.raw("}")
+	e.Raw("}")
+	e.OptInt(`,"max_hosts":`, int64(q.MaxHosts))
+	e.OptInt(`,"min_per_host":`, int64(q.MinPerHost))
+	e.OptStr(`,"same":`, q.Same)
+	e.OptStr(`,"host":`, q.Host)
+	e.Raw("}")
 }
 
 func (e *entryAppender) claim(c *Claim) {
-	e.raw(`{"type":`)
-	e.str(string(c.Type))
-	e.raw(`,"count":`)
-	e.int(int64(c.Count))
-	e.optStr(`,"pool":`, c.Pool)
-	e.raw(`,"capabilities":{`)
-	first := !e.resources(&c.Capabilities.Resources)
+	e.Raw(`{"type":`)
+	e.Str(string(c.Type))
+	e.Raw(`,"count":`)
+	e.Int(int64(c.Count))
+	e.OptStr(`,"pool":`, c.Pool)
+	e.Raw(`,"capabilities":{`)
+	first := true
+	e.resources(&first, &c.Capabilities.Resources)
 	e.strMap(&first, `"custom":`, c.Capabilities.Custom)
-	e.raw(`},"amount":{`)
-	e.resources(&c.Amount)
-	e.raw("}")
-	e.optStr(`,"topology":`, c.Topology)
-	e.raw("}")
+	e.Raw(`},"amount":{`)
+	first = true
+	e.resources(&first, &c.Amount)
+	e.Raw("}")
+	e.OptStr(`,"topology":`, c.Topology)
+	e.Raw("}")
 }

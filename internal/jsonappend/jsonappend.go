@@ -54,3 +54,74 @@ func Value(b []byte, v any) (_ []byte, ok bool) {
 	}
 	return append(b, m...), true
 }
+
+// Appender appends the members of a known type's JSON; OK turns false
+// at the first value encoding/json would refuse, after which what it
+// holds is to be dropped.
+type Appender struct {
+	B  []byte
+	OK bool
+}
+
+// New returns an Appender that appends to b.
+func New(b []byte) Appender { return Appender{B: b, OK: true} }
+
+// Raw appends s, JSON already.
+func (a *Appender) Raw(s string) { a.B = append(a.B, s...) }
+
+// Int appends an integer.
+func (a *Appender) Int(v int64) { a.B = strconv.AppendInt(a.B, v, 10) }
+
+// Uint appends an unsigned integer.
+func (a *Appender) Uint(v uint64) { a.B = strconv.AppendUint(a.B, v, 10) }
+
+// Str appends a string (String).
+func (a *Appender) Str(s string) { a.B = String(a.B, s) }
+
+// OptStr appends name, JSON already, and s unless s is empty, as a
+// member tagged omitempty.
+func (a *Appender) OptStr(name, s string) {
+	if s != "" {
+		a.Raw(name)
+		a.Str(s)
+	}
+}
+
+// OptInt appends name and v unless v is zero (omitempty).
+func (a *Appender) OptInt(name string, v int64) {
+	if v != 0 {
+		a.Raw(name)
+		a.Int(v)
+	}
+}
+
+// Float appends a float64 (Float).
+func (a *Appender) Float(f float64) {
+	var ok bool
+	if a.B, ok = Float(a.B, f); !ok {
+		a.OK = false
+	}
+}
+
+// Value appends v through encoding/json (Value).
+func (a *Appender) Value(v any) {
+	var ok bool
+	if a.B, ok = Value(a.B, v); !ok {
+		a.OK = false
+	}
+}
+
+// OptFloat appends name, JSON already, and v unless v is zero, as a
+// member tagged omitempty; first says no member precedes it in its
+// object (no comma), and is cleared once it appends.
+func (a *Appender) OptFloat(first *bool, name string, v float64) {
+	if v == 0 {
+		return
+	}
+	if !*first {
+		a.Raw(",")
+	}
+	*first = false
+	a.Raw(name)
+	a.Float(v)
+}

@@ -215,12 +215,18 @@ func TestLayers(t *testing.T) {
 }
 
 // TestPureStateMachine checks that the state machine depends on no other
-// package of the module and on nothing of Raft.
+// package of the module but the JSON writers of internal/jsonappend,
+// which depend on the standard library alone, and on nothing of Raft.
 func TestPureStateMachine(t *testing.T) {
 	deps := paths(goList(t, "-deps", "./fsm"))
-	for _, v := range depViolations("fsm", deps, func(rel string) bool { return rel == "fsm" },
+	for _, v := range depViolations("fsm", deps, func(rel string) bool { return rel == "fsm" || rel == "internal/jsonappend" },
 		[]string{"github.com/hashicorp/raft"}) {
 		t.Error(v)
+	}
+	for _, p := range goList(t, "-deps", "./internal/jsonappend") {
+		if !p.Standard && p.ImportPath != module+"/internal/jsonappend" {
+			t.Errorf("internal/jsonappend depends on %s; it may use the standard library only", p.ImportPath)
+		}
 	}
 }
 
