@@ -50,9 +50,10 @@ func appendAllocation(b []byte, a *wire.Allocation) (_ []byte, ok bool) {
 			j.Str(d.DeviceID)
 			j.Raw(`,"claim":`)
 			j.Int(int64(d.Claim))
-			j.Raw(`,"amount":`)
-			j.resources(&d.Amount, "")
-			j.Raw("}")
+			j.Raw(`,"amount":{`)
+			first := true
+			j.resources(&first, &d.Amount)
+			j.Raw("}}")
 		}
 		j.Raw("]")
 	}
@@ -128,22 +129,13 @@ func (j *jsonAppender) optDuration(name string, d wire.Duration) {
 	}
 }
 
-// resources writes r, its zero members left out (omitempty), and then
-// the rest of its object (after, already JSON) before the brace.
-func (j *jsonAppender) resources(r *wire.Resources, after string) {
-	j.Raw("{")
-	first := true
-	j.OptFloat(&first, `"memory_gb":`, r.MemoryGB)
-	j.OptFloat(&first, `"compute_units":`, r.ComputeUnits)
-	j.OptFloat(&first, `"storage_gb":`, r.StorageGB)
-	j.OptFloat(&first, `"bandwidth_gbps":`, r.BandwidthGbps)
-	if after != "" {
-		if !first {
-			j.Raw(",")
-		}
-		j.Raw(after)
-	}
-	j.Raw("}")
+// resources writes r's members, their zeros left out (omitempty),
+// inside an object already open; first is cleared once it writes one.
+func (j *jsonAppender) resources(first *bool, r *wire.Resources) {
+	j.OptFloat(first, `"memory_gb":`, r.MemoryGB)
+	j.OptFloat(first, `"compute_units":`, r.ComputeUnits)
+	j.OptFloat(first, `"storage_gb":`, r.StorageGB)
+	j.OptFloat(first, `"bandwidth_gbps":`, r.BandwidthGbps)
 }
 
 func (j *jsonAppender) request(r *wire.Request) {
@@ -181,16 +173,14 @@ func (j *jsonAppender) claim(c *wire.Claim) {
 	j.Raw(`,"count":`)
 	j.Int(int64(c.Count))
 	j.OptStr(`,"pool":`, c.Pool)
-	j.Raw(`,"capabilities":`)
-	custom := ""
-	if len(c.Capabilities.Custom) > 0 {
-		m, ok := jsonappend.Value([]byte(`"custom":`), c.Capabilities.Custom)
-		j.OK = j.OK && ok
-		custom = string(m)
-	}
-	j.resources(&c.Capabilities.Resources, custom)
-	j.Raw(`,"amount":`)
-	j.resources(&c.Amount, "")
+	j.Raw(`,"capabilities":{`)
+	first := true
+	j.resources(&first, &c.Capabilities.Resources)
+	j.OptMap(&first, `"custom":`, c.Capabilities.Custom)
+	j.Raw(`},"amount":{`)
+	first = true
+	j.resources(&first, &c.Amount)
+	j.Raw("}")
 	j.OptStr(`,"topology":`, c.Topology)
 	j.B = append(j.B, '}')
 }

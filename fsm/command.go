@@ -272,8 +272,10 @@ func Encode(c Command) ([]byte, error) {
 	if b, ok := c.(*Batch); ok {
 		return encodeBatch(b)
 	}
-	if out, ok := encodeFast(append(make([]byte, 0, 512), byte(c.Type())), c); ok {
-		return out, nil
+	if Batchable(c) {
+		if out, ok := encodeFast(append(make([]byte, 0, 512), byte(c.Type())), c); ok {
+			return out, nil
+		}
 	}
 	payload, err := json.Marshal(c)
 	if err != nil {

@@ -76,20 +76,6 @@ func (e *entryAppender) resources(first *bool, r *Resources) {
 	e.OptFloat(first, `"bandwidth_gbps":`, r.BandwidthGbps)
 }
 
-// strMap writes name and m unless m is empty (omitempty), through
-// encoding/json, after a comma unless it is the first member.
-func (e *entryAppender) strMap(first *bool, name string, m map[string]string) {
-	if len(m) == 0 {
-		return
-	}
-	if !*first {
-		e.Raw(",")
-	}
-	*first = false
-	e.Raw(name)
-	e.Value(m)
-}
-
 func (e *entryAppender) request(q *Request) {
 	e.Raw(`{"claims":`)
 	if q.Claims == nil {
@@ -112,9 +98,9 @@ func (e *entryAppender) request(q *Request) {
 	e.OptStr(`,"pool":`, q.Pool)
 	e.Raw(`,"labels":{`)
 	first := true
-	e.strMap(&first, `"required":`, q.Labels.Required)
-	e.strMap(&first, `"preferred":`, q.Labels.Preferred)
-	e.strMap(&first, `"forbidden":`, q.Labels.Forbidden)
+	e.OptMap(&first, `"required":`, q.Labels.Required)
+	e.OptMap(&first, `"preferred":`, q.Labels.Preferred)
+	e.OptMap(&first, `"forbidden":`, q.Labels.Forbidden)
 	e.Raw("}")
 	e.OptInt(`,"max_hosts":`, int64(q.MaxHosts))
 	e.OptInt(`,"min_per_host":`, int64(q.MinPerHost))
@@ -132,7 +118,7 @@ func (e *entryAppender) claim(c *Claim) {
 	e.Raw(`,"capabilities":{`)
 	first := true
 	e.resources(&first, &c.Capabilities.Resources)
-	e.strMap(&first, `"custom":`, c.Capabilities.Custom)
+	e.OptMap(&first, `"custom":`, c.Capabilities.Custom)
 	e.Raw(`},"amount":{`)
 	first = true
 	e.resources(&first, &c.Amount)

@@ -125,3 +125,18 @@ func (a *Appender) OptFloat(first *bool, name string, v float64) {
 	a.Raw(name)
 	a.Float(v)
 }
+
+// OptMap appends name and m through encoding/json (which sorts the
+// keys) unless m is empty, as a member tagged omitempty; first is as for
+// OptFloat.
+func (a *Appender) OptMap(first *bool, name string, m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	if !*first {
+		a.Raw(",")
+	}
+	*first = false
+	a.Raw(name)
+	a.Value(m)
+}
